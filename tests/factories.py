@@ -1,0 +1,83 @@
+# factory-boy declarations are untyped; the model fields they fill are checked by Django.
+# mypy: disable-error-code="no-untyped-call"
+"""factory-boy factories for Task, Run and SchedulerProcess."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from factory.declarations import LazyAttribute, LazyFunction, Sequence, SubFactory
+from factory.django import DjangoModelFactory
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+
+UTC = dt.UTC
+NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+
+
+class TaskFactory(DjangoModelFactory[Task]):
+    """A declared, active task firing hourly; next_run_at and due_at follow NOW by default."""
+
+    class Meta:
+        model = Task
+
+    name = Sequence(lambda n: f"task-{n}")
+    schedule = "0 * * * *"
+    callable_path = "tests.testapp.jobs.noop"
+    kwargs = LazyFunction(dict)
+    timezone = "UTC"
+    retry_delay = dt.timedelta(minutes=5)
+    overlap = "skip"
+    timeout = None
+    description = ""
+    definition_hash = LazyAttribute(lambda o: f"hash-{o.name}")
+    declared = True
+    paused = False
+    next_run_at = NOW + dt.timedelta(hours=1)
+    retry_at = None
+    run_requested_at = None
+    due_at = LazyAttribute(
+        lambda o: min(
+            (i for i in (o.next_run_at, o.retry_at, o.run_requested_at) if i is not None),
+            default=None,
+        )
+    )
+    created_at = NOW
+    updated_at = NOW
+
+
+class SchedulerProcessFactory(DjangoModelFactory[SchedulerProcess]):
+    class Meta:
+        model = SchedulerProcess
+
+    hostname = "test-host"
+    pid = Sequence(lambda n: 10_000 + n)
+    started_at = NOW
+    last_heartbeat_at = NOW
+    stopped_at = None
+    version = "test"
+
+
+class RunFactory(DjangoModelFactory[Run]):
+    """A succeeded cron run of a fresh task, one hour apart per sequence number."""
+
+    class Meta:
+        model = Run
+
+    task = SubFactory(TaskFactory)
+    trigger = Trigger.CRON
+    status = RunStatus.SUCCEEDED
+    scheduled_for = Sequence(lambda n: NOW - dt.timedelta(hours=n + 1))
+    started_at = LazyAttribute(lambda o: o.scheduled_for)
+    finished_at = LazyAttribute(
+        lambda o: (
+            None if o.status == RunStatus.RUNNING else o.scheduled_for + dt.timedelta(seconds=1)
+        )
+    )
+    duration = LazyAttribute(
+        lambda o: None if o.finished_at is None else o.finished_at - o.started_at
+    )
+    error = ""
+    traceback = ""
+    process = None
+    process_label = LazyAttribute(lambda o: o.process.label if o.process else "")
