@@ -1,0 +1,467 @@
+"""CronExpression: matching, next occurrence (with the Debian cron DST rule), shortest interval."""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import itertools
+from typing import Final
+
+from django_posixcron.cron import fields as f
+from django_posixcron.cron.errors import CronSyntaxError
+
+_ONE_MINUTE: Final = dt.timedelta(minutes=1)
+_TICK: Final = dt.timedelta(microseconds=1)
+_Datetime: Final = dt.datetime
+_MAX_YEAR: Final = dt.MAXYEAR
+_CACHE_SIZE: Final = (
+    2048  # parsed expressions kept: settings hold a few dozen, the admin a few more
+)
+_CYCLE_DAYS: Final = 146097  # 400 Gregorian years, a whole number of weeks: the day pattern repeats
+
+Wall = tuple[int, int, int, int, int]  # year, month, day, hour, minute
+
+# (year * 12 + month) -> index into a day-mask table: first weekday of the month * 4 + (days - 28)
+_MONTH_SHAPES: dict[int, int] = {}
+
+
+def _month_shape(year: int, month: int) -> int:
+    key = year * 12 + month
+    shape = _MONTH_SHAPES.get(key)
+    if shape is None:
+        monday_based, length = calendar.monthrange(year, month)
+        shape = (monday_based + 1) % 7 * 4 + (length - 28)
+        _MONTH_SHAPES[key] = shape
+    return shape
+
+
+def _next_table(values: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """Return t where t[i] is the smallest value >= i, or -1; sized so t[size - 1] is -1."""
+    table = [-1] * size
+    start = 0
+    for value in values:
+        table[start : value + 1] = [value] * (value + 1 - start)
+        start = value + 1
+    return tuple(table)
+
+
+def _mask(values: tuple[int, ...]) -> int:
+    bits = 0
+    for value in values:
+        bits |= 1 << value
+    return bits
+
+
+class CronExpression:
+    """A strict POSIX cron expression (five fields), parsed once and immutable."""
+
+    __slots__ = (
+        "_day_masks",
+        "_dom_star",
+        "_dow_star",
+        "_first_hour",
+        "_first_minute",
+        "_fixed",
+        "_hour_mask",
+        "_hours",
+        "_min_interval",
+        "_minute_mask",
+        "_minutes",
+        "_month_mask",
+        "_next_hour",
+        "_next_minute",
+        "_next_month",
+        "_text",
+        "_values",
+    )
+
+    _text: str
+    _values: tuple[tuple[int, ...] | None, ...]
+    _minutes: tuple[int, ...]
+    _hours: tuple[int, ...]
+    _minute_mask: int
+    _hour_mask: int
+    _month_mask: int
+    _dom_star: bool
+    _dow_star: bool
+    _fixed: bool
+    _first_minute: int
+    _first_hour: int
+    _next_minute: tuple[int, ...]
+    _next_hour: tuple[int, ...]
+    _next_month: tuple[int, ...]
+    _day_masks: tuple[int, ...]
+    _min_interval: dt.timedelta | None
+
+    _cache: dict[str, CronExpression] = {}
+
+    def __new__(cls, expression: str) -> CronExpression:
+        cached = cls._cache.get(expression) if cls is CronExpression else None
+        if cached is not None:
+            return cached
+        if not isinstance(expression, str):
+            raise TypeError(f"a cron expression is a str, not {type(expression).__name__}")
+        self = super().__new__(cls)
+        self._parse(expression)
+        if cls is CronExpression:
+            if len(cls._cache) >= _CACHE_SIZE:
+                cls._cache.clear()
+            cls._cache[expression] = self
+        return self
+
+    def _parse(self, expression: str) -> None:
+        texts = f.split_fields(expression)
+        values = tuple(
+            f.parse_field(field, text) for field, text in zip(f.FIELDS, texts, strict=True)
+        )
+        minutes, hours, doms, months, dows = values
+        self._values = values
+        self._text = " ".join("*" if vals is None else f.render(vals) for vals in values)
+        self._minutes = minutes if minutes is not None else tuple(range(60))
+        self._hours = hours if hours is not None else tuple(range(24))
+        all_months = months if months is not None else tuple(range(1, 13))
+        self._minute_mask = _mask(self._minutes)
+        self._hour_mask = _mask(self._hours)
+        self._month_mask = _mask(all_months)
+        self._dom_star = doms is None
+        self._dow_star = dows is None
+        # "Fixed-time schedules (neither the minute nor the hour field is `*`) follow the wall
+        # clock" -- a literal `*`, as in Debian cron: `0-59` is a fixed-time field.
+        self._fixed = minutes is not None and hours is not None
+        self._first_minute = self._minutes[0]
+        self._first_hour = self._hours[0]
+        self._next_minute = _next_table(self._minutes, 61)
+        self._next_hour = _next_table(self._hours, 25)
+        self._next_month = _next_table(all_months, 14)
+        self._min_interval = None
+        self._day_masks = self._build_day_masks(doms, dows)
+        if doms is not None and dows is None:
+            self._check_fires(doms, all_months, texts[2])
+
+    def _build_day_masks(
+        self, doms: tuple[int, ...] | None, dows: tuple[int, ...] | None
+    ) -> tuple[int, ...]:
+        """Return the matching days (bit d = day d) for each month shape (first weekday, length).
+
+        "Month always restricts. When day-of-month and day-of-week are both restricted (neither
+        is `*`) a day matches if either matches; when one of them is `*`, only the other
+        restricts."
+        """
+        masks: list[int] = []
+        dom_mask = _mask(doms) if doms is not None else 0
+        week = _mask(dows) if dows is not None else 0
+        for first_weekday in range(7):
+            # Day 1 falls on `first_weekday`: rotate the week so bit j is day j + 1's weekday,
+            # then repeat it over five weeks.
+            rotated = ((week >> first_weekday) | (week << (7 - first_weekday))) & 0x7F
+            dow_mask = (rotated * 0x810204081) << 1  # 0x810204081 = bits 0, 7, 14, 21, 28
+            for length in range(28, 32):
+                in_month = (1 << (length + 1)) - 2
+                if doms is None and dows is None:
+                    days = in_month
+                elif doms is None:
+                    days = dow_mask
+                elif dows is None:
+                    days = dom_mask
+                else:
+                    days = dom_mask | dow_mask
+                masks.append(days & in_month)
+        return tuple(masks)
+
+    @staticmethod
+    def _check_fires(doms: tuple[int, ...], months: tuple[int, ...], text: str) -> None:
+        longest = {2: 29, 4: 30, 6: 30, 9: 30, 11: 30}
+        if any(doms[0] <= longest.get(month, 31) for month in months):
+            return
+        names = [f.MONTH_NAMES[month - 1] for month in months]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        days = [str(day) for day in doms]
+        day_text = days[0] if len(days) == 1 else ", ".join(days[:-1]) + " or " + days[-1]
+        verb = "has" if len(names) == 1 else "have"
+        raise CronSyntaxError(
+            f.DAY_OF_MONTH.name, text, f"never fires: {listed} {verb} no day {day_text}"
+        )
+
+    # -- identity -------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"CronExpression({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CronExpression):
+            return self._text == other._text
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._text)
+
+    def __reduce__(self) -> tuple[type[CronExpression], tuple[str]]:
+        return (type(self), (self._text,))
+
+    def __copy__(self) -> CronExpression:
+        return self
+
+    def __deepcopy__(self, memo: object) -> CronExpression:
+        return self
+
+    # -- wall clock ------------------------------------------------------------------------
+
+    def _day_matches(self, year: int, month: int, day: int) -> bool:
+        return bool(self._day_masks[_month_shape(year, month)] >> day & 1)
+
+    def _wall_matches(self, year: int, month: int, day: int, hour: int, minute: int) -> bool:
+        return bool(
+            self._minute_mask >> minute & 1
+            and self._hour_mask >> hour & 1
+            and self._month_mask >> month & 1
+            and self._day_masks[_month_shape(year, month)] >> day & 1
+        )
+
+    def _at_or_after(self, year: int, month: int, day: int, hour: int, minute: int) -> Wall:
+        """Return the first matching wall-clock minute at or after the given one.
+
+        Works like an odometer: each field jumps straight to its next allowed value, and a
+        field that runs out rolls the next larger one over. `minute` may be 60 and `hour` 24.
+        """
+        next_minute = self._next_minute
+        next_hour = self._next_hour
+        next_month = self._next_month
+        day_masks = self._day_masks
+        first_minute = self._first_minute
+        first_hour = self._first_hour
+        while True:
+            allowed_month = next_month[month]
+            if allowed_month != month:
+                if allowed_month < 0:
+                    year += 1
+                    if year > _MAX_YEAR:
+                        raise OverflowError("no occurrence before the year 10000")
+                    allowed_month = next_month[1]
+                month = allowed_month
+                day, hour, minute = 1, first_hour, first_minute
+            shape = _MONTH_SHAPES.get(year * 12 + month)
+            if shape is None:
+                shape = _month_shape(year, month)
+            days = day_masks[shape] >> day
+            if not days:
+                month += 1
+                day, hour, minute = 1, first_hour, first_minute
+                continue
+            skip = (days & -days).bit_length() - 1
+            if skip:
+                day += skip
+                hour, minute = first_hour, first_minute
+            allowed_hour = next_hour[hour]
+            if allowed_hour != hour:
+                if allowed_hour < 0:
+                    day += 1
+                    hour, minute = first_hour, first_minute
+                    continue
+                hour, minute = allowed_hour, first_minute
+            allowed_minute = next_minute[minute]
+            if allowed_minute < 0:
+                hour += 1
+                minute = first_minute
+                continue
+            return year, month, day, hour, allowed_minute
+
+    # -- public API ------------------------------------------------------------------------
+
+    def matches(self, when: dt.datetime) -> bool:
+        """Return whether the minute containing `when` is an occurrence.
+
+        A naive datetime is a wall-clock time. An aware one is judged in its own zone with
+        the DST rule, so it matches exactly when ``next_after`` would return its minute.
+        """
+        tz = when.tzinfo
+        offset = None if tz is None or type(tz) is dt.timezone else tz.utcoffset(when)
+        if offset is None or tz is None:
+            return self._wall_matches(when.year, when.month, when.day, when.hour, when.minute)
+        start = _Datetime(when.year, when.month, when.day, when.hour, when.minute, 0, 0, tz)
+        start_utc = start - offset
+        before = tz.fromutc(start_utc - _TICK)
+        found = self._next_zoned(before, tz, tz.utcoffset(before) or offset)
+        found_offset = tz.utcoffset(found)
+        assert found_offset is not None
+        return found - found_offset == start_utc
+
+    def next_after(self, when: dt.datetime) -> dt.datetime:
+        """Return the first occurrence strictly after `when`.
+
+        Naive in, naive out (wall clock); aware in, aware out in the same tzinfo, following
+        Debian cron across DST changes. Raises OverflowError past the year 9999.
+        """
+        tz = when.tzinfo
+        if tz is not None and type(tz) is not dt.timezone:
+            offset = tz.utcoffset(when)
+            if offset is not None:
+                return self._next_zoned(when, tz, offset)
+        found = self._at_or_after(when.year, when.month, when.day, when.hour, when.minute + 1)
+        if tz is None:
+            return _Datetime(*found)
+        return _Datetime(*found, 0, 0, tz)
+
+    def _next_zoned(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> dt.datetime:
+        """Return the first occurrence strictly after `when`, in a zone that may shift.
+
+        Instants are written as UTC wall times that keep `tz` attached (``local - offset``):
+        Python compares datetimes of one tzinfo on their fields, which is then exactly the
+        order of instants, while comparing the local times themselves would be wrong across
+        a DST change.
+        """
+        after = when - offset
+        year, month, day, hour, minute = when.year, when.month, when.day, when.hour, when.minute
+        earlier_pass: dt.datetime | None = None
+        if not self._fixed and not when.fold:
+            other = tz.utcoffset(_Datetime(year, month, day, hour, minute, 0, 0, tz, fold=1))
+            if other is not None and other < offset:
+                # `when` is on the first pass of a repeated hour: elapsed-time schedules fire
+                # again on the second pass, even at wall times not after `when`'s own.
+                earlier_pass = self._second_pass(when, offset - other, tz)
+        while True:
+            year, month, day, hour, minute = self._at_or_after(year, month, day, hour, minute + 1)
+            candidate = _Datetime(year, month, day, hour, minute, 0, 0, tz)
+            # Fast path: the wall time exists at `when`'s offset, as its first instance.
+            probe = tz.fromutc(candidate - offset)
+            if probe.fold or probe != candidate:
+                found = self._resolve(candidate, after, tz)
+                if found is None:
+                    continue
+            else:
+                found = candidate
+            if earlier_pass is not None and _instant(earlier_pass) < _instant(found):
+                return earlier_pass
+            return found
+
+    def _resolve(
+        self, candidate: dt.datetime, after: dt.datetime, tz: dt.tzinfo
+    ) -> dt.datetime | None:
+        """Return the occurrence a matching wall time gives after `after`, if any."""
+        first = tz.utcoffset(candidate)
+        twin = _Datetime(*candidate.timetuple()[:5], 0, 0, tz, fold=1)
+        second = tz.utcoffset(twin)
+        assert first is not None
+        assert second is not None
+        if first == second:
+            return candidate if candidate - first > after else None
+        if first > second:
+            # A repeated wall time. "An occurrence in a repeated (fall-back) hour fires once,
+            # at its first instance" for fixed-time schedules; "repeated ones fire again" for
+            # elapsed-time ones.
+            if candidate - first > after:
+                return candidate
+            if not self._fixed and twin - second > after:
+                return twin
+            return None
+        # A wall time skipped by a spring-forward gap. "An occurrence skipped by a
+        # spring-forward gap fires once at the first instant after the gap" for fixed-time
+        # schedules; "wall-clock minutes that do not exist are skipped" for elapsed-time ones.
+        if not self._fixed:
+            return None
+        instant = _gap_end(candidate, first, second, tz)
+        return tz.fromutc(instant) if instant > after else None
+
+    def _second_pass(
+        self, when: dt.datetime, repeat: dt.timedelta, tz: dt.tzinfo
+    ) -> dt.datetime | None:
+        """Return the first second-pass occurrence of the repeated hour `when` is in, if any."""
+        start = _Datetime(when.year, when.month, when.day, when.hour, when.minute) - repeat
+        wall: Wall = (start.year, start.month, start.day, start.hour, start.minute)
+        limit = (when.year, when.month, when.day, when.hour, when.minute)
+        while True:
+            wall = self._at_or_after(*wall)
+            if wall > limit:
+                return None
+            candidate = _Datetime(*wall, 0, 0, tz, fold=1)
+            second = tz.utcoffset(candidate)
+            first = tz.utcoffset(_Datetime(*wall, 0, 0, tz))
+            assert first is not None
+            assert second is not None
+            if first > second:
+                return candidate
+            wall = (wall[0], wall[1], wall[2], wall[3], wall[4] + 1)
+
+    @property
+    def min_interval(self) -> dt.timedelta:
+        """Return the shortest wall-clock gap between two consecutive occurrences."""
+        if self._min_interval is None:
+            self._min_interval = self._compute_min_interval()
+        return self._min_interval
+
+    def _compute_min_interval(self) -> dt.timedelta:
+        times = [hour * 60 + minute for hour in self._hours for minute in self._minutes]
+        within = min((b - a for a, b in itertools.pairwise(times)), default=10**9)
+        if within == 1:
+            return _ONE_MINUTE
+        day_gap = self._min_day_gap()
+        return dt.timedelta(minutes=min(within, day_gap * 1440 - (times[-1] - times[0])))
+
+    def _min_day_gap(self) -> int:
+        """Return the fewest days between two consecutive matching days.
+
+        The Gregorian calendar repeats every 400 years, weekdays included (146097 days is a
+        whole number of weeks), so one cycle plus its wrap-around covers every case.
+        """
+        never = 10**9
+        gaps: dict[int, tuple[int, int, int]] = {}
+        for shape, days in enumerate(self._day_masks):
+            if days:
+                # The smallest distance between any two matching days is the smallest between
+                # two consecutive ones.
+                closest = next((g for g in range(1, 31) if days & (days >> g)), never)
+                gaps[shape] = ((days & -days).bit_length() - 1, days.bit_length() - 1, closest)
+        best = never
+        previous: int | None = None
+        first: int | None = None
+        ordinal = dt.date(2000, 1, 1).toordinal()
+        for year in range(2000, 2400):
+            for month in range(1, 13):
+                shape = _month_shape(year, month)
+                length = shape % 4 + 28
+                if self._month_mask >> month & 1 and shape in gaps:
+                    low, high, closest = gaps[shape]
+                    best = min(best, closest)
+                    if previous is not None:
+                        best = min(best, ordinal + low - previous)
+                    else:
+                        first = ordinal + low
+                    previous = ordinal + high
+                    if best == 1:
+                        return 1
+                ordinal += length
+        assert first is not None
+        assert previous is not None
+        return min(best, first + _CYCLE_DAYS - previous)
+
+    def describe(self) -> str:
+        """Return the schedule in plain English, e.g. "At 03:15, Monday through Friday"."""
+        from django_posixcron.cron.describe import describe
+
+        return describe(self._values)
+
+
+def _instant(value: dt.datetime) -> dt.datetime:
+    offset = value.utcoffset()
+    assert offset is not None
+    return value - offset
+
+
+def _gap_end(
+    wall: dt.datetime, before: dt.timedelta, after: dt.timedelta, tz: dt.tzinfo
+) -> dt.datetime:
+    """Return the first whole-minute instant after the gap that skips `wall`, as `wall - offset`."""
+    low = wall - after  # still on the offset before the change
+    high = wall - before  # already on the offset after it
+    while high - low > _ONE_MINUTE:
+        middle = low + (high - low) // 2
+        middle -= dt.timedelta(seconds=middle.second, microseconds=middle.microsecond)
+        if middle <= low:
+            break
+        if tz.utcoffset(tz.fromutc(middle)) == before:
+            low = middle
+        else:
+            high = middle
+    return high
