@@ -1,0 +1,275 @@
+"""Task definitions, run history and live scheduler processes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone as dj_timezone
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_posixcron.cron import CronExpression
+
+
+class Overlap(models.TextChoices):
+    SKIP = "skip", _("skip")
+    ALLOW = "allow", _("allow")
+
+
+class Trigger(models.TextChoices):
+    CRON = "cron", _("cron")
+    RETRY = "retry", _("retry")
+    MANUAL = "manual", _("manual")
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    SKIPPED = "skipped", _("skipped")
+    LOST = "lost", _("lost")
+    INTERRUPTED = "interrupted", _("interrupted")
+    TIMED_OUT = "timed_out", _("timed out")
+
+
+# "A lost, interrupted or timed_out run counts as a failure."
+FAILURE_STATUSES = frozenset(
+    {RunStatus.FAILED, RunStatus.LOST, RunStatus.INTERRUPTED, RunStatus.TIMED_OUT}
+)
+FINISHED_STATUSES = frozenset(set(RunStatus) - {RunStatus.RUNNING})
+
+
+def earliest(*instants: dt.datetime | None) -> dt.datetime | None:
+    """Return the earliest of the given instants, ignoring None."""
+    present = [i for i in instants if i is not None]
+    return min(present) if present else None
+
+
+class TaskQuerySet(models.QuerySet["Task"]):
+    def active(self) -> TaskQuerySet:
+        """Declared in settings and not paused: the tasks that may fire."""
+        return self.filter(declared=True, paused=False)
+
+    def paused(self) -> TaskQuerySet:
+        return self.filter(declared=True, paused=True)
+
+    def retired(self) -> TaskQuerySet:
+        return self.filter(declared=False)
+
+    def due(self, now: dt.datetime) -> TaskQuerySet:
+        return self.active().filter(due_at__lte=now)
+
+    def failing(self) -> TaskQuerySet:
+        """Declared tasks whose latest finished run was a failure."""
+        return self.filter(declared=True, last_run_status__in=FAILURE_STATUSES)
+
+    def failed(self) -> TaskQuerySet:
+        return self.failing()
+
+    def overdue(self, now: dt.datetime, slack: dt.timedelta) -> TaskQuerySet:
+        """Active tasks that should have fired more than `slack` ago."""
+        return self.active().filter(due_at__lt=now - slack)
+
+
+class Task(models.Model):
+    """One row per declared name: the definition from settings plus runtime state."""
+
+    # Definition, copied from settings by reconciliation; never edited in the admin.
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    schedule = models.CharField(_("schedule"), max_length=255)
+    callable_path = models.CharField(_("callable"), max_length=255)
+    kwargs = models.JSONField(_("keyword arguments"), default=dict, blank=True)
+    timezone = models.CharField(_("time zone"), max_length=64)
+    retry_delay = models.DurationField(_("retry delay"))
+    overlap = models.CharField(
+        _("overlap"), max_length=8, choices=Overlap.choices, default=Overlap.SKIP
+    )
+    timeout = models.DurationField(_("timeout"), null=True, blank=True)
+    description = models.TextField(_("description"), blank=True)
+    definition_hash = models.CharField(_("definition hash"), max_length=64)
+    declared = models.BooleanField(
+        _("declared"),
+        default=True,
+        help_text=_("False once the task has left settings: it keeps its history, never fires."),
+    )
+
+    # Runtime state.
+    paused = models.BooleanField(_("paused"), default=False)
+    next_run_at = models.DateTimeField(_("next run at"), null=True, blank=True)
+    retry_at = models.DateTimeField(_("retry at"), null=True, blank=True)
+    run_requested_at = models.DateTimeField(_("run requested at"), null=True, blank=True)
+    # min(next_run_at, retry_at, run_requested_at): the one hot query reads only this.
+    due_at = models.DateTimeField(_("due at"), null=True, blank=True)
+
+    last_run_status = models.CharField(
+        _("last run status"), max_length=16, choices=RunStatus.choices, blank=True
+    )
+    last_run_started_at = models.DateTimeField(_("last run started"), null=True, blank=True)
+    last_run_finished_at = models.DateTimeField(_("last run finished"), null=True, blank=True)
+
+    created_at = models.DateTimeField(_("created"), default=dj_timezone.now, editable=False)
+    updated_at = models.DateTimeField(_("updated"), default=dj_timezone.now)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        ordering = ["name"]
+        indexes = [
+            # The claim query: due_at <= now AND paused = false AND declared = true ORDER BY
+            # due_at. A plain index, because MariaDB has no partial indexes and Django warns
+            # (models.W037) about conditional ones there.
+            models.Index(fields=["due_at"], name="posixcron_task_due_at"),
+        ]
+        permissions = [
+            ("pause_task", _("Can pause and resume tasks")),
+            ("run_task", _("Can request an immediate run of a task")),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def expression(self) -> CronExpression:
+        from django_posixcron.cron import CronExpression
+
+        return CronExpression(self.schedule)
+
+    @property
+    def state(self) -> str:
+        if not self.declared:
+            return "retired"
+        return "paused" if self.paused else "active"
+
+    def compute_due_at(self) -> dt.datetime | None:
+        return earliest(self.next_run_at, self.retry_at, self.run_requested_at)
+
+    def pause(self) -> None:
+        """Pause the task; the write touches only `paused`."""
+        self.paused = True
+        self.updated_at = dj_timezone.now()
+        self.save(update_fields=["paused", "updated_at"])
+
+    def resume(self) -> None:
+        """Resume the task; the write touches only `paused`."""
+        self.paused = False
+        self.updated_at = dj_timezone.now()
+        self.save(update_fields=["paused", "updated_at"])
+
+    def request_run(self, now: dt.datetime | None = None) -> None:
+        """Record a manual run request that the scheduler fires at its next tick."""
+        now = now or dj_timezone.now()
+        # A conditional UPDATE computed in the database, so a concurrent claim that moved
+        # the cursor is not overwritten with a stale due_at.
+        Task.objects.filter(pk=self.pk).update(
+            run_requested_at=now,
+            due_at=models.Case(
+                models.When(Q(due_at__isnull=True) | Q(due_at__gt=now), then=models.Value(now)),
+                default=models.F("due_at"),
+            ),
+        )
+        self.run_requested_at = now
+        self.due_at = earliest(self.due_at, now)
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def running(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.RUNNING)
+
+    def succeeded(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.SUCCEEDED)
+
+    def failed(self) -> RunQuerySet:
+        return self.filter(status__in=FAILURE_STATUSES)
+
+    def finished(self) -> RunQuerySet:
+        return self.exclude(status=RunStatus.RUNNING)
+
+
+class Run(models.Model):
+    """One execution (or recorded skip) of a task."""
+
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
+    )
+    trigger = models.CharField(_("trigger"), max_length=8, choices=Trigger.choices)
+    status = models.CharField(_("status"), max_length=16, choices=RunStatus.choices)
+    # The occurrence instant (cron), or the retry or manual-request instant.
+    scheduled_for = models.DateTimeField(_("scheduled for"))
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    duration = models.DurationField(_("duration"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True)
+    traceback = models.TextField(_("traceback"), blank=True)
+    process = models.ForeignKey(
+        "SchedulerProcess",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        verbose_name=_("scheduler process"),
+    )
+    # host:pid, kept when the process row is gone.
+    process_label = models.CharField(_("process"), max_length=255, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        ordering = ["-scheduled_for", "-id"]
+        constraints = [
+            # Exactly-once per occurrence is a property of the database, not of a lock.
+            models.UniqueConstraint(
+                fields=["task", "trigger", "scheduled_for"],
+                name="posixcron_run_once_per_occurrence",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["task", "-scheduled_for"], name="posixcron_run_task_sched"),
+            models.Index(fields=["status", "process"], name="posixcron_run_status_proc"),
+            models.Index(fields=["scheduled_for"], name="posixcron_run_scheduled_for"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}:{self.trigger}@{self.scheduled_for.isoformat()}"
+
+
+class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
+    def live(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
+        return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=now - stale_after)
+
+    def stale(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
+        return self.filter(stopped_at__isnull=True, last_heartbeat_at__lt=now - stale_after)
+
+
+class SchedulerProcess(models.Model):
+    """One row per `runscheduler` process, so runs owned by a dead process can be found."""
+
+    hostname = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("pid"))
+    started_at = models.DateTimeField(_("started"), default=dj_timezone.now)
+    last_heartbeat_at = models.DateTimeField(_("last heartbeat"), default=dj_timezone.now)
+    stopped_at = models.DateTimeField(_("stopped"), null=True, blank=True)
+    version = models.CharField(_("version"), max_length=32, blank=True)
+
+    objects = SchedulerProcessQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("scheduler process")
+        verbose_name_plural = _("scheduler processes")
+        ordering = ["-last_heartbeat_at"]
+        indexes = [
+            models.Index(fields=["last_heartbeat_at"], name="posixcron_proc_heartbeat"),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        return f"{self.hostname}:{self.pid}"

@@ -1,0 +1,371 @@
+"""Make the Task table follow the declarations in settings: plan (pure), then apply.
+
+"Reconcile settings into the database, in one transaction that concurrent schedulers serialise
+on: create new tasks, update changed definitions, mark removed ones declared=False; never touch
+paused or history."
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.utils import timezone as dj_timezone
+
+from django_posixcron.declarations import TaskDeclaration, load_declarations
+from django_posixcron.models import Task
+from django_posixcron.timing import first_cursor
+
+logger = logging.getLogger(__name__)
+
+# Task fields copied from a declaration. `paused`, the cursor's runtime companions and the
+# last-run summary are deliberately absent: reconciliation never touches them.
+DEFINITION_FIELDS = (
+    "schedule",
+    "callable_path",
+    "kwargs",
+    "timezone",
+    "retry_delay",
+    "overlap",
+    "timeout",
+    "description",
+    "definition_hash",
+)
+# Changing either moves the cursor; any other definition change keeps it.
+CURSOR_FIELDS = ("schedule", "timezone")
+
+# Key of the PostgreSQL advisory lock: "posixcon" in ASCII, so it is recognisable in pg_locks.
+PG_LOCK_KEY = 0x706F736978636F6E
+MYSQL_LOCK_NAME = "django_posixcron.reconcile"
+# Long enough for another scheduler to reconcile 10,000 tasks on a slow database.
+MYSQL_LOCK_TIMEOUT = 60
+BATCH_SIZE = 500
+# A backend without a usable lock can still race on the unique name: re-plan and try again.
+ATTEMPTS = 3
+
+
+@dataclasses.dataclass
+class Change:
+    """One row to write: the task as it will be, the fields written and what changed."""
+
+    action: str  # task_created | task_updated | task_retired | task_restored
+    task: Task
+    fields: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
+
+    @property
+    def line(self) -> str:
+        label = {
+            "task_created": "new task",
+            "task_updated": "changed task",
+            "task_retired": "retired task",
+            "task_restored": "restored task",
+        }[self.action]
+        return f"{label} {self.task.name!r}: " + "; ".join(self.details)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What reconciling would do: create, update (and restore), retire; the rest unchanged."""
+
+    now: dt.datetime
+    declarations: Mapping[str, TaskDeclaration]
+    create: list[Change] = dataclasses.field(default_factory=list)
+    update: list[Change] = dataclasses.field(default_factory=list)
+    retire: list[Change] = dataclasses.field(default_factory=list)
+    unchanged: list[str] = dataclasses.field(default_factory=list)  # names
+
+    @property
+    def is_empty(self) -> bool:
+        """Return True when the database already matches settings."""
+        return not (self.create or self.update or self.retire)
+
+    @property
+    def changes(self) -> list[Change]:
+        return [*self.create, *self.update, *self.retire]
+
+    def counts(self) -> dict[str, int]:
+        restored = sum(1 for c in self.update if c.action == "task_restored")
+        return {
+            "created": len(self.create),
+            "updated": len(self.update) - restored,
+            "restored": restored,
+            "retired": len(self.retire),
+            "unchanged": len(self.unchanged),
+        }
+
+    def summary(self) -> str:
+        counts = self.counts()
+        text = ", ".join(f"{n} {word}" for word, n in counts.items())
+        return f"Reconciled {len(self.declarations)} declared tasks: {text}."
+
+    def lines(self) -> list[str]:
+        """Return one human-readable line per change, then the summary."""
+        return [*(c.line for c in self.changes), self.summary()]
+
+
+def _iso(instant: dt.datetime | None) -> str:
+    return "never" if instant is None else instant.isoformat()
+
+
+def _new_task(declaration: TaskDeclaration, now: dt.datetime) -> Task:
+    task = Task(
+        name=declaration.name,
+        **{field: _declared(declaration, field) for field in DEFINITION_FIELDS},
+        declared=True,
+        paused=False,
+        next_run_at=first_cursor(declaration.schedule, declaration.timezone, now),
+        created_at=now,
+        updated_at=now,
+    )
+    task.due_at = task.compute_due_at()
+    return task
+
+
+def _declared(declaration: TaskDeclaration, field: str) -> Any:
+    return getattr(declaration, field)
+
+
+def plan(
+    declarations: Mapping[str, TaskDeclaration], rows: Iterable[Task], now: dt.datetime
+) -> Plan:
+    """Return what to create, update, retire and leave alone; pure: no database access."""
+    result = Plan(now=now, declarations=declarations)
+    by_name = {row.name: row for row in rows}
+    for name in sorted(declarations):
+        declaration = declarations[name]
+        row = by_name.pop(name, None)
+        if row is None:
+            task = _new_task(declaration, now)
+            result.create.append(
+                Change(
+                    "task_created",
+                    task,
+                    details=(
+                        f"schedule {task.schedule!r} in {task.timezone}",
+                        f"callable {task.callable_path}",
+                        f"next run {_iso(task.next_run_at)}",
+                    ),
+                )
+            )
+            continue
+        change = _update(row, declaration, now)
+        if change is None:
+            result.unchanged.append(row.name)
+        else:
+            result.update.append(change)
+    for name in sorted(by_name):
+        row = by_name[name]
+        if not row.declared:
+            result.unchanged.append(row.name)
+            continue
+        task = copy.copy(row)
+        task.declared = False
+        task.updated_at = now
+        result.retire.append(
+            Change(
+                "task_retired",
+                task,
+                fields=("declared", "updated_at"),
+                details=("no longer in settings; its row and history stay and it never fires",),
+            )
+        )
+    return result
+
+
+def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change | None:
+    """Return the change that brings `row` in line with `declaration`, or None."""
+    changed = [
+        field for field in DEFINITION_FIELDS if getattr(row, field) != _declared(declaration, field)
+    ]
+    restoring = not row.declared
+    # A new zone or schedule, a return to settings, or a lost cursor: start again from now.
+    # "A new task, or one whose schedule or zone changed, gets its cursor from now."
+    recursor = restoring or row.next_run_at is None or any(f in CURSOR_FIELDS for f in changed)
+    if not changed and not recursor:
+        return None
+    task = copy.copy(row)
+    details = [
+        f"{field} {getattr(row, field)!r} -> {_declared(declaration, field)!r}"
+        for field in changed
+        if field != "definition_hash"
+    ]
+    fields = [*changed, "updated_at"]
+    for field in changed:
+        setattr(task, field, _declared(declaration, field))
+    if restoring:
+        task.declared = True
+        # A retry owed from before the task left settings belongs to its previous life.
+        task.retry_at = None
+        fields += ["declared", "retry_at"]
+        details.insert(0, "declared again")
+    if recursor:
+        task.next_run_at = first_cursor(declaration.schedule, declaration.timezone, now)
+        task.due_at = task.compute_due_at()
+        fields += ["next_run_at", "due_at"]
+        details.append(f"next run {_iso(task.next_run_at)}")
+    task.updated_at = now
+    return Change(
+        "task_restored" if restoring else "task_updated",
+        task,
+        fields=tuple(fields),
+        details=tuple(details),
+    )
+
+
+@contextlib.contextmanager
+def _serialised(alias: str) -> Iterator[None]:
+    """Open the one transaction that concurrent reconciliations take turns on."""
+    connection = connections[alias]
+    if connection.vendor == "mysql":
+        # A named lock, taken before the transaction starts so that the rows read after it
+        # include whatever the previous holder committed.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [MYSQL_LOCK_NAME, MYSQL_LOCK_TIMEOUT])
+            (got,) = cursor.fetchone()
+        if got != 1:
+            raise TimeoutError(
+                f"Another process held the reconcile lock for {MYSQL_LOCK_TIMEOUT} s."
+            )
+        try:
+            with transaction.atomic(using=alias):
+                yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT RELEASE_LOCK(%s)", [MYSQL_LOCK_NAME])
+        return
+    with transaction.atomic(using=alias):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PG_LOCK_KEY])
+        # SQLite: with "transaction_mode": "IMMEDIATE" (the documented setting) BEGIN takes
+        # the write lock, which serialises writers.
+        yield
+
+
+def _chunks(items: Sequence[Any], size: int = BATCH_SIZE) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _replan(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias: str) -> Plan:
+    """Plan from rows read inside the lock, with the rows to update locked.
+
+    Full rows are loaded only for tasks that may change: a task whose stored hash equals its
+    declaration's, which is declared and has a cursor, is unchanged by definition. Building
+    10,000 model instances (and parsing their timestamps) would cost more than the whole
+    reconciliation target for a restart with no change.
+    """
+    tasks = Task.objects.using(alias)
+    summary = tasks.annotate(
+        has_cursor=ExpressionWrapper(Q(next_run_at__isnull=False), output_field=BooleanField())
+    ).values_list("pk", "name", "definition_hash", "declared", "has_cursor")
+    unchanged: list[str] = []
+    candidates: list[int] = []
+    for pk, name, definition_hash, declared, has_cursor in summary:
+        declaration = declarations.get(name)
+        if declaration is None:
+            if declared:
+                candidates.append(pk)
+            else:
+                unchanged.append(name)
+        elif declared and has_cursor and definition_hash == declaration.definition_hash:
+            unchanged.append(name)
+        else:
+            candidates.append(pk)
+    rows: list[Task] = []
+    # Lock what will be rewritten, so a concurrent claim or run-now request cannot slip a new
+    # due_at between our read and our write.
+    for chunk in _chunks(candidates):
+        rows.extend(tasks.select_for_update().filter(pk__in=chunk))
+    settled = set(unchanged)
+    pending = {name: d for name, d in declarations.items() if name not in settled}
+    result = plan(pending, rows, now)
+    result.declarations = declarations
+    result.unchanged = sorted([*unchanged, *result.unchanged])
+    return result
+
+
+def _write(result: Plan, alias: str) -> None:
+    if result.create:
+        Task.objects.using(alias).bulk_create(
+            [c.task for c in result.create], batch_size=BATCH_SIZE
+        )
+    by_fields: dict[tuple[str, ...], list[Task]] = {}
+    for change in result.update:
+        by_fields.setdefault(tuple(sorted(set(change.fields))), []).append(change.task)
+    for fields, tasks in by_fields.items():
+        Task.objects.using(alias).bulk_update(tasks, list(fields), batch_size=BATCH_SIZE)
+    retire_ids = [c.task.pk for c in result.retire]
+    for chunk in _chunks(retire_ids):
+        Task.objects.using(alias).filter(pk__in=chunk).update(declared=False, updated_at=result.now)
+
+
+def _log(result: Plan) -> None:
+    for change in result.changes:
+        logger.info(
+            "%s name=%s %s",
+            change.action,
+            change.task.name,
+            "; ".join(change.details),
+            extra={"action": change.action, "task": change.task.name},
+        )
+    logger.info("%s", result.summary(), extra={"action": "reconciled", "counts": result.counts()})
+
+
+def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime) -> Plan:
+    alias = router.db_for_write(Task)
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with _serialised(alias):
+                result = _replan(declarations, now, alias)
+                if not result.is_empty:
+                    _write(result, alias)
+        except IntegrityError:
+            # Only reachable without a working lock (e.g. SQLite in deferred mode): another
+            # process created a task first. Its rows are committed now, so plan again.
+            if attempt == ATTEMPTS:
+                raise
+            logger.warning(
+                "reconcile_conflict attempt=%d: another process reconciled at the same time; "
+                "planning again",
+                attempt,
+                extra={"action": "reconcile_conflict"},
+            )
+            continue
+        _log(result)
+        return result
+    raise AssertionError("unreachable")
+
+
+def apply(plan: Plan) -> Plan:
+    """Apply `plan` in one serialised transaction and return what was actually done.
+
+    The rows are read again inside the lock and the plan recomputed from the same
+    declarations and `now`, so a process that waited for another one's reconciliation does
+    not create or rewrite what that one already did.
+    """
+    return _apply(plan.declarations, plan.now)
+
+
+def reconcile(
+    *,
+    now: dt.datetime | None = None,
+    declarations: Mapping[str, TaskDeclaration] | None = None,
+    check_only: bool = False,
+) -> Plan:
+    """Bring the Task table in line with settings (or only plan it when `check_only`)."""
+    now = now or dj_timezone.now()
+    if declarations is None:
+        declarations = load_declarations()
+    if check_only:
+        alias = router.db_for_read(Task)
+        return plan(declarations, Task.objects.using(alias).all(), now)
+    return _apply(declarations, now)

@@ -1,0 +1,52 @@
+"""Where a task's cron cursor goes: the engine's occurrences, as UTC instants."""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from django_posixcron.cron import CronExpression
+
+UTC = dt.UTC
+_TICK = dt.timedelta(microseconds=1)
+
+
+@lru_cache(maxsize=4096)
+def expression(schedule: str) -> CronExpression:
+    """Return the parsed expression, cached: the loop and the admin ask constantly."""
+    return CronExpression(schedule)
+
+
+@lru_cache(maxsize=512)
+def zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def next_occurrence(schedule: str, tz: str, after: dt.datetime) -> dt.datetime:
+    """Return the first occurrence strictly after `after` (aware), as a UTC instant."""
+    local = after.astimezone(zone(tz))
+    return expression(schedule).next_after(local).astimezone(UTC)
+
+
+def first_cursor(schedule: str, tz: str, now: dt.datetime) -> dt.datetime:
+    """Return the cursor of a new (or rescheduled) task, as a UTC instant.
+
+    "A new task, or one whose schedule or zone changed, fires immediately only if the current
+    minute matches its expression; otherwise its first run is its next occurrence."
+    The current minute is asked of the engine as "the first occurrence at or after the start
+    of this minute", so the DST rule applies exactly as it does to every later occurrence.
+    """
+    minute_start = now.astimezone(UTC).replace(second=0, microsecond=0)
+    return next_occurrence(schedule, tz, minute_start - _TICK)
+
+
+def occurrences(schedule: str, tz: str, after: dt.datetime, count: int) -> list[dt.datetime]:
+    """Return the next `count` occurrences strictly after `after`, as aware datetimes in `tz`."""
+    result: list[dt.datetime] = []
+    current = after.astimezone(zone(tz))
+    expr = expression(schedule)
+    for _ in range(count):
+        current = expr.next_after(current)
+        result.append(current)
+    return result

@@ -1,0 +1,212 @@
+"""reconcile()/apply() against the database DATABASE_URL points at."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+import pytest
+from django.db import connection
+from freezegun import freeze_time
+
+from django_posixcron.models import Run, Task
+from django_posixcron.reconcile import apply, plan, reconcile
+from tests.declarations.conftest import NOW, declare, task
+
+UTC = dt.UTC
+pytestmark = pytest.mark.django_db
+
+
+def actions(caplog: pytest.LogCaptureFixture) -> list[tuple[object, object]]:
+    return [
+        (getattr(r, "action", None), getattr(r, "task", None))
+        for r in caplog.records
+        if r.name == "django_posixcron.reconcile"
+    ]
+
+
+def test_create_update_retire_restore_with_log_lines(caplog):
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    reconcile(now=NOW, declarations=declare(a=task(), b=task("0 4 * * *")))
+    assert actions(caplog) == [
+        ("task_created", "a"),
+        ("task_created", "b"),
+        ("reconciled", None),
+    ]
+    assert set(Task.objects.values_list("name", flat=True)) == {"a", "b"}
+
+    caplog.clear()
+    result = reconcile(now=NOW, declarations=declare(a=task("0 5 * * *")))
+    assert actions(caplog) == [("task_updated", "a"), ("task_retired", "b"), ("reconciled", None)]
+    assert [c.task.name for c in result.update] == ["a"]
+    b = Task.objects.get(name="b")
+    assert b.declared is False
+    assert Task.objects.get(name="a").schedule == "0 5 * * *"
+
+    caplog.clear()
+    reconcile(now=NOW, declarations=declare(a=task("0 5 * * *"), b=task("0 4 * * *")))
+    assert actions(caplog) == [("task_restored", "b"), ("reconciled", None)]
+    assert Task.objects.get(name="b").declared is True
+    assert Task.objects.get(name="b").pk == b.pk
+
+
+def test_unchanged_is_empty_and_keeps_the_cursor():
+    declarations = declare(a=task())
+    reconcile(now=NOW, declarations=declarations)
+    Task.objects.filter(name="a").update(next_run_at=NOW - dt.timedelta(days=1))
+    result = reconcile(now=NOW + dt.timedelta(days=5), declarations=declarations)
+    assert result.is_empty
+    assert Task.objects.get(name="a").next_run_at == NOW - dt.timedelta(days=1)
+
+
+def test_stored_row_matches_the_declaration():
+    declarations = declare(
+        a=task(
+            "0 0 1,15 * 1",
+            callable="tests.testapp.jobs.record",
+            kwargs={"label": "x", "task_name": "a"},
+            timezone="Europe/Berlin",
+            retry_delay=dt.timedelta(seconds=90, microseconds=5),
+            timeout=1.5,
+            overlap="allow",
+            description="Ünïcode",
+        )
+    )
+    reconcile(now=NOW, declarations=declarations)
+    row = Task.objects.get(name="a")
+    assert row.definition_hash == declarations["a"].definition_hash
+    # Read back from the database, the row plans as unchanged: no type drift per backend.
+    assert plan(declarations, Task.objects.all(), NOW).is_empty
+
+
+def test_pause_and_history_survive_redeclaration_and_retirement():
+    reconcile(now=NOW, declarations=declare(a=task()))
+    row = Task.objects.get(name="a")
+    row.pause()
+    Run.objects.create(task=row, trigger="cron", status="succeeded", scheduled_for=NOW)
+    reconcile(now=NOW, declarations=declare(a=task("0 1 * * *")))
+    reconcile(now=NOW, declarations={})
+    retired = Task.objects.get(name="a")
+    assert retired.paused is True
+    assert retired.declared is False
+    assert retired.state == "retired"
+    assert Run.objects.filter(task=row).count() == 1
+    reconcile(now=NOW, declarations=declare(a=task("0 2 * * *")))
+    back = Task.objects.get(name="a")
+    assert back.paused is True
+    assert back.declared is True
+    assert back.schedule == "0 2 * * *"
+    assert Run.objects.filter(task=back).count() == 1
+
+
+def test_check_only_changes_nothing():
+    result = reconcile(now=NOW, declarations=declare(a=task()), check_only=True)
+    assert not result.is_empty
+    assert Task.objects.count() == 0
+    assert result.lines()[0].startswith("new task 'a'")
+
+
+def test_apply_replans_inside_the_lock():
+    declarations = declare(a=task())
+    stale = plan(declarations, [], NOW)  # planned before someone else created the row
+    reconcile(now=NOW, declarations=declarations)
+    done = apply(stale)
+    assert done.is_empty
+    assert Task.objects.count() == 1
+
+
+def test_due_at_consistent_with_pending_request():
+    reconcile(now=NOW, declarations=declare(a=task("15 3 * * *")))
+    row = Task.objects.get(name="a")
+    row.request_run(NOW)
+    reconcile(now=NOW, declarations=declare(a=task("0 23 * * *")))
+    row.refresh_from_db()
+    assert row.next_run_at == dt.datetime(2030, 1, 7, 23, 0, tzinfo=UTC)
+    assert row.run_requested_at == NOW
+    assert row.due_at == NOW
+
+
+@pytest.mark.parametrize(
+    ("frozen", "expected"),
+    [
+        ("2030-01-07 03:14:59.999", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2030-01-07 03:15:00.000", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2030-01-07 03:15:59.999", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2030-01-07 03:16:00.000", dt.datetime(2030, 1, 8, 3, 15, tzinfo=UTC)),
+    ],
+)
+def test_cursor_rule_at_the_exact_minute_boundary(frozen, expected, posixcron):
+    posixcron({"nightly-report": task("15 3 * * *")})
+    with freeze_time(frozen):
+        reconcile()
+    assert Task.objects.get(name="nightly-report").next_run_at == expected
+
+
+def test_schedule_change_at_boundary_fires_now_only_in_matching_minute(posixcron):
+    posixcron({"a": task("0 3 * * *")})
+    with freeze_time("2030-01-07 03:14:30"):
+        reconcile()
+    posixcron({"a": task("14 3 * * *")})
+    with freeze_time("2030-01-07 03:14:30"):
+        reconcile()
+    assert Task.objects.get(name="a").next_run_at == dt.datetime(2030, 1, 7, 3, 14, tzinfo=UTC)
+
+
+def test_many_tasks_in_batches():
+    declarations = declare(**{f"t-{i:04d}": task(f"{i % 60} * * * *") for i in range(1200)})
+    reconcile(now=NOW, declarations=declarations)
+    assert Task.objects.count() == 1200
+    changed = {**declarations, **declare(**{f"t-{i:04d}": task("0 0 * * *") for i in range(600)})}
+    result = reconcile(now=NOW, declarations=changed)
+    assert len(result.update) == 600
+    assert Task.objects.filter(schedule="0 0 * * *").count() == 600
+    result = reconcile(now=NOW, declarations={})
+    assert len(result.retire) == 1200
+    assert Task.objects.retired().count() == 1200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_applies_produce_one_result():
+    """Two threads, each with its own connection, reconcile the same settings at once."""
+    if connection.vendor == "sqlite" and connection.settings_dict["NAME"] == ":memory:":
+        pytest.skip("an in-memory SQLite database is not shared between threads")
+    declarations = declare(**{f"t-{i:03d}": task(f"{i % 60} 3 * * *") for i in range(300)})
+    barrier = threading.Barrier(2, timeout=30)
+    results = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            barrier.wait()
+            results.append(reconcile(now=NOW, declarations=declarations))
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert Task.objects.count() == 300
+    created = sorted(len(r.create) for r in results)
+    assert created == [0, 300]
+    assert sorted(len(r.unchanged) for r in results) == [0, 300]
+
+
+def test_lost_cursor_and_foreign_hash_are_repaired():
+    declarations = declare(a=task(), b=task())
+    reconcile(now=NOW, declarations=declarations)
+    Task.objects.filter(name="a").update(next_run_at=None, due_at=None)
+    Task.objects.filter(name="b").update(definition_hash="old", schedule="0 0 * * *")
+    result = reconcile(now=NOW, declarations=declarations)
+    assert sorted(c.task.name for c in result.update) == ["a", "b"]
+    assert Task.objects.get(name="a").next_run_at is not None
+    assert Task.objects.get(name="b").definition_hash == declarations["b"].definition_hash
+    assert reconcile(now=NOW, declarations=declarations).is_empty

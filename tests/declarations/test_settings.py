@@ -1,0 +1,504 @@
+"""Settings validation: one case per check id, with the path, the value and the hint."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_posixcron.declarations import (
+    DEFAULT_RETRY_DELAY,
+    TaskDeclaration,
+    collect,
+    load_declarations,
+)
+from tests.declarations.conftest import task
+
+TASK = "settings.POSIXCRON['TASKS']['t']"
+
+
+def problems_for(raw: Any) -> list[tuple[str, str, str]]:
+    _, problems = collect(raw)
+    return [(p.id, p.msg, p.hint) for p in problems]
+
+
+def one_task(**definition: Any) -> dict[str, Any]:
+    return {"TASKS": {"t": definition}, "POLL_INTERVAL": 1}
+
+
+CASES = [
+    ("posixcron.E001", ["cron"], "settings.POSIXCRON is misconfigured", "['cron']", "POSIXCRON ="),
+    ("posixcron.E002", {"TASK": {}}, "unknown key 'TASK'", "'TASK'", "Did you mean 'TASKS'?"),
+    ("posixcron.E002", {"CONCURENCY": 2}, "unknown key", "'CONCURENCY'", "'CONCURRENCY'"),
+    ("posixcron.E003", {"TASKS": ["a"]}, "settings.POSIXCRON['TASKS']", "['a']", "Declare"),
+    (
+        "posixcron.E004",
+        {"TASKS": {"Nightly Report": task()}},
+        "not a valid name",
+        "'Nightly Report'",
+        "Rename",
+    ),
+    ("posixcron.E004", {"TASKS": {"x" * 101: task()}}, "at most 100", "'xxx", "Rename"),
+    ("posixcron.E004", {"TASKS": {"-a": task()}}, "not a valid name", "'-a'", "Rename"),
+    ("posixcron.E004", {"TASKS": {"a\n": task()}}, "not a valid name", "'a\\n'", "Rename"),
+    (
+        "posixcron.E005",
+        {"TASKS": {"t": "0 3 * * *"}},
+        f"{TASK} is misconfigured",
+        "'0 3 * * *'",
+        "Declare",
+    ),
+    (
+        "posixcron.E006",
+        one_task(schedul="0 3 * * *", callable="tests.testapp.jobs.noop"),
+        f"{TASK} has an unknown key 'schedul'",
+        "'schedul'",
+        "Did you mean 'schedule'?",
+    ),
+    (
+        "posixcron.E007",
+        one_task(callable="tests.testapp.jobs.noop"),
+        f"{TASK} has no 'schedule'",
+        "'schedule'",
+        "15 3 * * *",
+    ),
+    (
+        "posixcron.E007",
+        one_task(schedule="0 3 * * *"),
+        f"{TASK} has no 'callable'",
+        "'callable'",
+        "myapp.jobs",
+    ),
+    (
+        "posixcron.E008",
+        one_task(schedule=315, callable="tests.testapp.jobs.noop"),
+        f"{TASK}['schedule'] is misconfigured",
+        "315",
+        "five POSIX fields",
+    ),
+    (
+        "posixcron.E009",
+        one_task(schedule="61 3 * * *", callable="tests.testapp.jobs.noop"),
+        f"{TASK}['schedule'] is not a valid POSIX cron expression",
+        "'61 3 * * *'",
+        "Fix the minute field, '61'",
+    ),
+    (
+        "posixcron.E009",
+        one_task(schedule="*/15 * * * *", callable="tests.testapp.jobs.noop"),
+        "Bad minute '*/15'",
+        "'*/15 * * * *'",
+        "Fix the minute field",
+    ),
+    (
+        "posixcron.E009",
+        one_task(schedule="0 0 * * mon", callable="tests.testapp.jobs.noop"),
+        "Bad day-of-week 'mon'",
+        "'0 0 * * mon'",
+        "Fix the day-of-week field, 'mon'",
+    ),
+    (
+        "posixcron.E010",
+        one_task(schedule="0 3 * * *", callable=print),
+        f"{TASK}['callable'] is misconfigured",
+        "<built-in function print>",
+        "import path",
+    ),
+    (
+        "posixcron.E010",
+        one_task(schedule="0 3 * * *", callable="noop"),
+        "dotted path",
+        "'noop'",
+        "import path",
+    ),
+    (
+        "posixcron.E011",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.nope.run"),
+        "cannot be imported: ModuleNotFoundError",
+        "'tests.testapp.nope.run'",
+        "module path",
+    ),
+    (
+        "posixcron.E011",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.nope"),
+        "cannot be imported: ImportError",
+        "'tests.testapp.jobs.nope'",
+        "attribute name",
+    ),
+    (
+        "posixcron.E012",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.NOT_CALLABLE"),
+        "is not callable (it is int 42)",
+        "'tests.testapp.jobs.NOT_CALLABLE'",
+        "function",
+    ),
+    (
+        "posixcron.E026",
+        one_task(schedule="0 3 * * *", callable="asyncio.sleep", kwargs={"delay": 1}),
+        "is an async function; calling it does not run its body",
+        "'asyncio.sleep'",
+        "async_to_sync",
+    ),
+    (
+        "posixcron.E026",
+        one_task(schedule="0 3 * * *", callable="os.fwalk", kwargs={"top": "/"}),
+        "is a generator function; calling it does not run its body",
+        "'os.fwalk'",
+        "plain function",
+    ),
+    (
+        "posixcron.E015",
+        one_task(
+            schedule="0 3 * * *", callable="tests.testapp.jobs.record", kwargs={"label": "a\x00b"}
+        ),
+        "holds a NUL character",
+        "'a\\x00b'",
+        "Remove the NUL character",
+    ),
+    (
+        "posixcron.E020",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", description="a\x00"),
+        "holds a NUL character",
+        "'a\\x00'",
+        "Remove the NUL character",
+    ),
+    (
+        "posixcron.E013",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", kwargs={"full": True}),
+        "cannot be called with the declared kwargs",
+        "{'full': True}",
+        "noop()",
+    ),
+    (
+        "posixcron.E014",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", kwargs=["a"]),
+        f"{TASK}['kwargs'] is misconfigured",
+        "['a']",
+        "callable(**kwargs)",
+    ),
+    (
+        "posixcron.E014",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", kwargs={1: "a"}),
+        "Expected a dict with str keys",
+        "{1: 'a'}",
+        "callable(**kwargs)",
+    ),
+    (
+        "posixcron.E015",
+        one_task(
+            schedule="0 3 * * *", callable="tests.testapp.jobs.record", kwargs={"label": {1, 2}}
+        ),
+        f"{TASK}['kwargs'] is not JSON-serialisable",
+        "{'label': {1, 2}}",
+        "stored in the database",
+    ),
+    (
+        "posixcron.E015",
+        one_task(
+            schedule="0 3 * * *",
+            callable="tests.testapp.jobs.record",
+            kwargs={"label": float("nan")},
+        ),
+        "is not JSON-serialisable",
+        "nan",
+        "finite",
+    ),
+    (
+        "posixcron.E016",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timezone="Europe/Berln"),
+        f"{TASK}['timezone'] is misconfigured",
+        "'Europe/Berln'",
+        "Did you mean 'Europe/Berlin'?",
+    ),
+    (
+        "posixcron.E016",
+        one_task(
+            schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timezone="../etc/passwd"
+        ),
+        "IANA time zone",
+        "'../etc/passwd'",
+        "settings.TIME_ZONE",
+    ),
+    (
+        "posixcron.E016",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timezone=1),
+        "IANA time zone",
+        "got 1.",
+        "'UTC'",
+    ),
+    *[
+        (
+            "posixcron.E017",
+            one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", retry_delay=value),
+            f"{TASK}['retry_delay'] is misconfigured",
+            shown,
+            "300",
+        )
+        for value, shown in [
+            (-5, "-5"),
+            (0, "got 0."),
+            (True, "True"),
+            ("300", "'300'"),
+            (float("inf"), "inf"),
+            (dt.timedelta(0), "timedelta(0)"),
+            (1e300, "1e+300"),
+        ]
+    ],
+    *[
+        (
+            "posixcron.E018",
+            one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timeout=value),
+            f"{TASK}['timeout'] is misconfigured",
+            shown,
+            "no timeout",
+        )
+        for value, shown in [(-1, "-1"), (0.0, "0.0"), (False, "False"), ("10m", "'10m'")]
+    ],
+    (
+        "posixcron.E019",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", overlap="forbid"),
+        f"{TASK}['overlap'] is misconfigured",
+        "'forbid'",
+        "'skip'",
+    ),
+    (
+        "posixcron.E020",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", description=["x"]),
+        f"{TASK}['description'] is misconfigured",
+        "['x']",
+        "sentence",
+    ),
+    ("posixcron.E021", {"POLL_INTERVAL": 0}, "settings.POSIXCRON['POLL_INTERVAL']", "got 0.", "10"),
+    ("posixcron.E021", {"POLL_INTERVAL": True}, "positive number", "True", "10"),
+    ("posixcron.E021", {"POLL_INTERVAL": "10"}, "positive number", "'10'", "10"),
+    ("posixcron.E022", {"CONCURRENCY": 0}, "settings.POSIXCRON['CONCURRENCY']", "got 0.", "4"),
+    ("posixcron.E022", {"CONCURRENCY": 2.5}, "positive int", "2.5", "4"),
+    ("posixcron.E023", {"HISTORY_DAYS": -1}, "settings.POSIXCRON['HISTORY_DAYS']", "-1", "30"),
+    (
+        "posixcron.E024",
+        {"TASKS": {"t": task("* * * * *")}, "POLL_INTERVAL": 120},
+        f"{TASK}['schedule'] = '* * * * *' can fire every minute",
+        "(120 s)",
+        "POLL_INTERVAL",
+    ),
+    (
+        "posixcron.E024",
+        {"TASKS": {"t": task("0,1 3 * * *")}, "POLL_INTERVAL": 61},
+        "can fire every minute",
+        "'0,1 3 * * *'",
+        "less often",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("check_id", "raw", "in_message", "value_shown", "in_hint"),
+    CASES,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)],
+)
+def test_each_problem_has_its_id_path_value_and_hint(
+    check_id, raw, in_message, value_shown, in_hint
+):
+    found = problems_for(raw)
+    matching = [(msg, hint) for id_, msg, hint in found if id_ == check_id]
+    assert matching, found
+    msg, hint = matching[0]
+    assert in_message in msg
+    assert value_shown in msg
+    assert in_hint in hint
+
+
+def test_use_tz_off_is_an_error(settings):
+    settings.USE_TZ = False
+    [(check_id, msg, hint)] = problems_for({"TASKS": {}})
+    assert check_id == "posixcron.E025"
+    assert msg == "settings.USE_TZ is False; django-posixcron requires USE_TZ = True."
+    assert "USE_TZ = True" in hint
+
+
+def test_every_id_is_tested_and_documented():
+    from django_posixcron import declarations
+
+    ids = {v for k, v in vars(declarations).items() if k.startswith("E_")}
+    tested = {case[0] for case in CASES} | {"posixcron.E025"}
+    assert ids == tested
+    assert ids == {f"posixcron.E{n:03d}" for n in range(1, len(ids) + 1)}
+    text = (Path(declarations.__file__).parents[1] / "docs" / "settings.rst").read_text("utf-8")
+    for check_id in ids:
+        assert check_id in text
+
+
+def test_valid_task_with_defaults(settings):
+    settings.TIME_ZONE = "Europe/Berlin"
+    declarations, problems = collect({"TASKS": {"nightly-report": task("15  3 * * 1-5")}})
+    assert problems == []
+    assert declarations == {
+        "nightly-report": TaskDeclaration(
+            name="nightly-report",
+            schedule="15 3 * * 1-5",  # normalised
+            callable_path="tests.testapp.jobs.noop",
+            kwargs={},
+            timezone="Europe/Berlin",  # settings.TIME_ZONE, resolved now
+            retry_delay=DEFAULT_RETRY_DELAY,
+            overlap="skip",
+            timeout=None,
+            description="",
+        )
+    }
+
+
+def test_valid_task_with_every_key():
+    declarations, problems = collect(
+        {
+            "TASKS": {
+                "a.b_c-1": {
+                    "schedule": "0 0 1,15 * 1",
+                    "callable": "tests.testapp.jobs.record",
+                    "retry_delay": dt.timedelta(minutes=2),
+                    "kwargs": {"label": "x", "task_name": "y"},
+                    "timezone": ZoneInfo("America/New_York"),
+                    "overlap": "allow",
+                    "timeout": 1.5,
+                    "description": "Mail it",
+                }
+            },
+            "POLL_INTERVAL": 0.5,
+            "CONCURRENCY": 1,
+            "HISTORY_DAYS": 1,
+        }
+    )
+    assert problems == []
+    declaration = declarations["a.b_c-1"]
+    assert declaration.retry_delay == dt.timedelta(minutes=2)
+    assert declaration.timeout == dt.timedelta(seconds=1.5)
+    assert declaration.timezone == "America/New_York"
+    assert declaration.overlap == "allow"
+    from tests.testapp import jobs
+
+    assert declaration.resolve() is jobs.record
+
+
+def test_kwargs_are_normalised_to_what_the_database_returns():
+    definition = task(kwargs={"label": ("a", 1)}, callable="tests.testapp.jobs.record")
+    declarations, problems = collect({"TASKS": {"t": definition}})
+    assert problems == []
+    assert declarations["t"].kwargs == {"label": ["a", 1]}
+
+
+def test_timeout_none_means_no_timeout():
+    declarations, problems = collect({"TASKS": {"t": task(timeout=None)}})
+    assert problems == []
+    assert declarations["t"].timeout is None
+
+
+def test_all_problems_at_once_and_valid_tasks_kept():
+    declarations, problems = collect(
+        {
+            "TASKS": {
+                "good": task(),
+                "bad": task("61 * * * *", overlap="x", retry_delay=-1),
+            },
+            "POLL_INTERVAL": -1,
+        }
+    )
+    assert list(declarations) == ["good"]
+    assert [p.id for p in problems] == [
+        "posixcron.E021",
+        "posixcron.E009",
+        "posixcron.E017",
+        "posixcron.E019",
+    ]
+
+
+def test_missing_posixcron_means_no_tasks(settings):
+    del settings.POSIXCRON
+    assert collect() == ({}, [])
+
+
+class TestHash:
+    def test_stable_and_normalised(self):
+        a = collect({"TASKS": {"t": task("15 3 * * *")}})[0]["t"]
+        b = collect({"TASKS": {"t": task("15\t3  * * *", retry_delay=300)}})[0]["t"]
+        assert a.definition_hash == b.definition_hash
+        assert len(a.definition_hash) == 64
+        # Pinned: the hash is compared across processes and versions (rolling deploys).
+        assert a.definition_hash == (
+            "6e8b478a12eaa9e3ebc6e1e9cdb0b2135e6ffe5049f5f436a56d95478cc5ccb5"
+        )
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"schedule": "16 3 * * *"},
+            {"timezone": "Europe/Berlin"},
+            {"retry_delay": 301},
+            {"overlap": "allow"},
+            {"timeout": 5},
+            {"description": "x"},
+            {"callable": "tests.testapp.jobs.fail"},
+        ],
+    )
+    def test_any_definition_change_changes_it(self, change):
+        a = collect({"TASKS": {"t": task()}})[0]["t"]
+        b = collect({"TASKS": {"t": {**task(), **change}}})[0]["t"]
+        assert a.definition_hash != b.definition_hash
+
+
+class TestLoadAndChecks:
+    def test_load_declarations_raises_listing_every_problem(self, posixcron):
+        posixcron({"a": task("61 * * * *"), "b": task(overlap="no")})
+        with pytest.raises(ImproperlyConfigured) as excinfo:
+            load_declarations()
+        text = str(excinfo.value)
+        assert "2 problem(s)" in text
+        assert "posixcron.E009" in text
+        assert "posixcron.E019" in text
+
+    def test_load_declarations(self, posixcron):
+        posixcron({"a": task()})
+        assert list(load_declarations()) == ["a"]
+
+    def test_registered_system_check(self, posixcron):
+        posixcron({"a": task("61 * * * *", timezone="Mars/Base")}, CONCURENCY=1)
+        errors = [e for e in checks.run_checks() if (e.id or "").startswith("posixcron.")]
+        assert [e.id for e in errors] == ["posixcron.E002", "posixcron.E009", "posixcron.E016"]
+        assert all(isinstance(e, checks.Error) for e in errors)
+        assert all(e.hint for e in errors)
+
+    def test_manage_py_check_shows_them_all(self, posixcron):
+        posixcron({"a": task("61 * * * *"), "b": task(retry_delay="5m")})
+        with pytest.raises(SystemCheckError) as excinfo:
+            call_command("check")
+        text = str(excinfo.value)
+        assert "posixcron.E009" in text
+        assert "posixcron.E017" in text
+        assert "settings.POSIXCRON['TASKS']['a']['schedule']" in text
+
+    def test_clean_settings_pass(self, posixcron):
+        posixcron({"a": task()})
+        assert [e for e in checks.run_checks() if (e.id or "").startswith("posixcron.")] == []
+
+    def test_nothing_checked_at_import(self, tmp_path):
+        import subprocess
+        import sys
+
+        code = (
+            "import django, os\n"
+            "from django.conf import settings\n"
+            "settings.configure(USE_TZ=True, INSTALLED_APPS=['django_posixcron'],"
+            " POSIXCRON={'TASKS': {'x': {'schedule': 'bad', 'callable': 'no.such.mod'}}})\n"
+            "django.setup()\n"
+            "import django_posixcron.declarations, django_posixcron.reconcile\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert out.stdout.strip() == "ok"
