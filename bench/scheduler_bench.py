@@ -1,0 +1,431 @@
+"""Scheduler benchmarks on PostgreSQL: idle tick, fire latency, throughput, memory.
+
+Run from the repository root (a scratch database test_bench_scheduler is created and dropped):
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/scheduler_bench.py
+
+What it measures, with 10,000 declared tasks (plus 120 latency probes) in the database:
+
+- idle tick: time and queries of one `Scheduler.tick()` when nothing is due (in-process);
+- fire latency: 120 manual requests at known instants 100 ms apart, one real `runscheduler`
+  process; latency = the instant the callable started (time.time() in the task code) minus the
+  requested instant; p50, p99, max;
+- throughput: all 10,000 no-op tasks due at one instant, 1 then 2 real `runscheduler`
+  processes; rate = runs / (last run's start - the instant), and the same for completion;
+  compared in the same run with a raw claim loop (psycopg, batch 100, FOR UPDATE SKIP LOCKED,
+  insert run + advance cursor), 1 and 2 processes;
+- memory: RSS of a `runscheduler` process idle with 10,000 tasks, and its peak (VmHWM) after
+  the throughput run.
+
+Targets (issue 5): p99 <= 50 ms; >= 50% of the raw rate; 2 processes >= 1.5x one; RSS <= 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = "bench.scheduler_bench_settings"
+RAW_BATCH = 100
+
+
+def stamp(name: str) -> None:
+    """Task code for the latency probe: note when it started, first thing."""
+    started = time.time()
+    from tests.testapp.models import Hit
+
+    Hit.objects.create(task_name=name, label=repr(started))
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def db_now() -> dt.datetime:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT STATEMENT_TIMESTAMP()")
+        value: dt.datetime = cursor.fetchone()[0]
+    return value.astimezone(dt.UTC)
+
+
+def reset(*, truncate_runs: bool = True) -> None:
+    """Put every task back to "not due" and forget the runs and hits of the last scenario."""
+    from django.db import connection
+    from django.db.models import F
+
+    from django_posixcron.models import SchedulerProcess, Task
+
+    with connection.cursor() as cursor:
+        if truncate_runs:
+            cursor.execute("TRUNCATE django_posixcron_run, testapp_hit")
+    SchedulerProcess.objects.all().delete()
+    Task.objects.update(
+        run_requested_at=None, retry_at=None, due_at=F("next_run_at"), last_run_status=""
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE django_posixcron_task")
+
+
+class Children:
+    """Real runscheduler processes on the benchmark database."""
+
+    def __init__(self, db_name: str, concurrency: int) -> None:
+        self.db_name = db_name
+        self.concurrency = concurrency
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int) -> list[subprocess.Popen[bytes]]:
+        from django_posixcron.models import SchedulerProcess
+
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE=SETTINGS,
+            BENCH_DB_NAME=self.db_name,
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+        )
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "django",
+                    "runscheduler",
+                    "--concurrency",
+                    str(self.concurrency),
+                    "--grace",
+                    "5",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(count)
+        ]
+        self.procs.extend(procs)
+        pids = {p.pid for p in procs}
+        wait_until(
+            lambda: (
+                pids
+                <= set(
+                    SchedulerProcess.objects.filter(stopped_at__isnull=True).values_list(
+                        "pid", flat=True
+                    )
+                )
+            ),
+            120,
+            "the schedulers to start",
+        )
+        return procs
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+def idle_tick(ticks: int) -> dict[str, float]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_posixcron.scheduler import Scheduler
+
+    scheduler = Scheduler(grace=0)
+    scheduler.start()
+    scheduler.tick()
+    times, queries = [], []
+    for _ in range(ticks):
+        with CaptureQueriesContext(connection) as captured:
+            start = time.perf_counter()
+            result = scheduler.tick()
+            times.append(time.perf_counter() - start)
+        assert not result.claimed
+        queries.append(len(captured.captured_queries))
+    scheduler.shutdown()
+    return {
+        "median_ms": statistics.median(times) * 1000,
+        "p99_ms": percentile(times, 99) * 1000,
+        "queries": max(queries),
+    }
+
+
+def latency(children: Children, probes: int, spacing: float) -> dict[str, float]:
+    from django_posixcron.models import Task
+    from tests.testapp.models import Hit
+
+    reset()
+    (proc,) = children.start(1)
+    idle_rss = rss_kib(proc.pid)
+    base = db_now() + dt.timedelta(seconds=2)
+    instants = {}
+    for i in range(probes):
+        name = f"stamp-{i:03d}"
+        # A sub-poll offset that walks through the second, so no instant sits on a boundary.
+        instant = base + dt.timedelta(seconds=i * spacing + (i * 0.0137) % 0.05)
+        Task.objects.filter(name=name).update(run_requested_at=instant, due_at=instant)
+        instants[name] = instant
+    wait_until(
+        lambda: Hit.objects.count() >= probes, probes * spacing + 60, "the latency probes", 0.2
+    )
+    children.stop()
+    by_probe = {
+        name: float(label) - instants[name].timestamp()
+        for name, label in Hit.objects.values_list("task_name", "label")
+    }
+    lat = list(by_probe.values())
+    worst = sorted(by_probe, key=by_probe.__getitem__)[-5:]
+    print("  slowest probes: " + ", ".join(f"{n} {by_probe[n] * 1000:.0f} ms" for n in worst))
+    return {
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "max_ms": max(lat) * 1000,
+        "min_ms": min(lat) * 1000,
+        "n": len(lat),
+        "idle_rss_mib": idle_rss / 1024,
+    }
+
+
+def throughput(children: Children, processes: int, tasks: int) -> dict[str, float]:
+    from django.db.models import Max
+
+    from django_posixcron.models import Run, RunStatus, Task
+
+    reset()
+    procs = children.start(processes)
+    idle_rss = max(rss_kib(p.pid) for p in procs)
+    instant = db_now()
+    Task.objects.filter(name__startswith="noop-").update(run_requested_at=instant, due_at=instant)
+    wait_until(
+        lambda: Run.objects.exclude(status=RunStatus.RUNNING).count() >= tasks,
+        600,
+        "the runs",
+        0.25,
+    )
+    peak = max(rss_kib(p.pid, "VmHWM") for p in procs)
+    children.stop()
+    agg = Run.objects.aggregate(started=Max("started_at"), finished=Max("finished_at"))
+    statuses = set(Run.objects.values_list("status", flat=True))
+    assert statuses == {RunStatus.SUCCEEDED}, statuses
+    assert Run.objects.count() == tasks
+    claimed = (agg["started"] - instant).total_seconds()
+    done = (agg["finished"] - instant).total_seconds()
+    return {
+        "claim_rate": tasks / claimed,
+        "done_rate": tasks / done,
+        "idle_rss_mib": idle_rss / 1024,
+        "peak_rss_mib": peak / 1024,
+    }
+
+
+def _raw_worker(dsn: str, ready: Any, go: Any, counts: Any, index: int) -> None:
+    import psycopg
+
+    claimed = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ready.release()
+        go.wait()
+        while True:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(
+                    "SELECT id, due_at FROM django_posixcron_task "
+                    "WHERE due_at <= now() AND NOT paused AND declared "
+                    "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                    (RAW_BATCH,),
+                )
+                rows = cur.fetchall()
+                if not rows:
+                    break
+                cur.executemany(
+                    "INSERT INTO django_posixcron_run (task_id, trigger, status, scheduled_for,"
+                    " started_at, error, traceback, process_label)"
+                    " VALUES (%s, 'manual', 'succeeded', %s, now(), '', '', 'raw')",
+                    rows,
+                )
+                cur.execute(
+                    "UPDATE django_posixcron_task SET run_requested_at = NULL, "
+                    "due_at = next_run_at WHERE id = ANY(%s)",
+                    ([r[0] for r in rows],),
+                )
+            claimed += len(rows)
+    counts[index] = claimed
+
+
+def raw_loop(dsn: str, processes: int, tasks: int) -> dict[str, float]:
+    from django_posixcron.models import Task
+
+    reset()
+    Task.objects.filter(name__startswith="noop-").update(run_requested_at=db_now(), due_at=db_now())
+    ctx = multiprocessing.get_context("spawn")
+    ready, go = ctx.Semaphore(0), ctx.Event()
+    counts = ctx.Array("i", processes)
+    workers = [
+        ctx.Process(target=_raw_worker, args=(dsn, ready, go, counts, i)) for i in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        ready.acquire()
+    start = time.perf_counter()
+    go.set()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - start
+    claimed = [counts[i] for i in range(processes)]
+    assert sum(claimed) == tasks, claimed
+    return {"rate": tasks / elapsed}
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--probes", type=int, default=120)
+    parser.add_argument("--spacing", type=float, default=0.1, help="seconds between probes")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=100,
+        help="CONCURRENCY of the scheduler processes; 100 lets a claim take a batch of 100 "
+        "no-op runs, like the raw loop",
+    )
+    parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of latency + throughput")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(ROOT))
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    os.environ["BENCH_NOOP_TASKS"] = str(args.tasks)
+    os.environ["BENCH_STAMP_TASKS"] = str(args.probes)
+    os.environ["BENCH_CONCURRENCY"] = str(args.concurrency)
+    os.environ.pop("BENCH_DB_NAME", None)
+
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from django_posixcron.reconcile import reconcile
+
+    if connection.vendor != "postgresql":
+        raise SystemExit("the scheduler benchmark runs on PostgreSQL: set DATABASE_URL")
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    db = connection.settings_dict
+    dsn = (
+        f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} "
+        f"user={db['USER']} dbname={db['NAME']}"
+        + (f" password={db['PASSWORD']}" if db["PASSWORD"] else "")
+    )
+    children = Children(db["NAME"], args.concurrency)
+    try:
+        start = time.perf_counter()
+        reconcile()
+        print(f"reconciled {args.tasks + args.probes} tasks in {time.perf_counter() - start:.2f} s")
+
+        tick = idle_tick(args.ticks)
+        print(
+            f"idle tick: median {tick['median_ms']:.2f} ms, p99 {tick['p99_ms']:.2f} ms, "
+            f"{tick['queries']:.0f} queries"
+        )
+        runs: list[dict[str, dict[str, float]]] = []
+        for repeat in range(args.repeat):
+            print(f"-- round {repeat + 1} of {args.repeat}")
+            lat = latency(children, args.probes, args.spacing)
+            print(
+                f"fire latency over {lat['n']:.0f} firings: p50 {lat['p50_ms']:.1f} ms, "
+                f"p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms, "
+                f"min {lat['min_ms']:.1f} ms; idle RSS {lat['idle_rss_mib']:.0f} MiB"
+            )
+            raw1 = raw_loop(dsn, 1, args.tasks)
+            raw2 = raw_loop(dsn, 2, args.tasks)
+            one = throughput(children, 1, args.tasks)
+            two = throughput(children, 2, args.tasks)
+            print(f"raw loop: 1 process {raw1['rate']:.0f}/s, 2 processes {raw2['rate']:.0f}/s")
+            for label, result, raw in (("1 process", one, raw1), ("2 processes", two, raw2)):
+                print(
+                    f"scheduler, {label}: claimed {result['claim_rate']:.0f}/s "
+                    f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
+                    f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}); "
+                    f"RSS idle {result['idle_rss_mib']:.0f} MiB, "
+                    f"peak {result['peak_rss_mib']:.0f} MiB"
+                )
+            runs.append({"lat": lat, "raw1": raw1, "raw2": raw2, "one": one, "two": two})
+
+        def med(scenario: str, key: str) -> float:
+            return statistics.median(r[scenario][key] for r in runs)
+
+        print(f"== medians over {args.repeat} rounds")
+        print(
+            f"fire latency: p50 {med('lat', 'p50_ms'):.1f} ms, p99 {med('lat', 'p99_ms'):.1f} ms,"
+            f" max {med('lat', 'max_ms'):.1f} ms"
+        )
+        print(
+            f"throughput, 1 process: scheduler {med('one', 'done_rate'):.0f}/s, raw "
+            f"{med('raw1', 'rate'):.0f}/s ({med('one', 'done_rate') / med('raw1', 'rate'):.0%})"
+        )
+        print(
+            f"throughput, 2 processes: scheduler {med('two', 'done_rate'):.0f}/s, raw "
+            f"{med('raw2', 'rate'):.0f}/s ({med('two', 'done_rate') / med('raw2', 'rate'):.0%})"
+        )
+        print(
+            f"2 processes vs 1: scheduler {med('two', 'done_rate') / med('one', 'done_rate'):.2f}x,"
+            f" raw {med('raw2', 'rate') / med('raw1', 'rate'):.2f}x"
+        )
+        print(
+            f"RSS with {args.tasks} tasks: idle {med('lat', 'idle_rss_mib'):.0f} MiB, peak "
+            f"{max(r['one']['peak_rss_mib'] for r in runs):.0f} MiB"
+        )
+    finally:
+        children.stop()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()

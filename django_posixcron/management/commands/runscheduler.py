@@ -1,0 +1,227 @@
+"""Run the scheduler: check, reconcile settings into the database, then loop."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import InterfaceError, OperationalError, connection
+
+from django_posixcron.conf import get_settings
+
+
+def positive_float(value: str) -> float:
+    """Parse a number of seconds greater than zero."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    """Parse a number of seconds, zero allowed."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """Parse a whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value!r}")
+    return number
+
+
+def check_database_support() -> str:
+    """Refuse databases without SKIP LOCKED; return a description of the database."""
+    vendor = connection.vendor
+    db: Any = connection  # the vendor's attributes (mysql_version, pg_version) are not typed
+    if vendor == "mysql":
+        connection.ensure_connection()
+        version = ".".join(str(part) for part in db.mysql_version)
+        if db.mysql_is_mariadb:
+            if db.mysql_version < (10, 6):
+                raise CommandError(
+                    f"MariaDB {version} is not supported: runscheduler needs SELECT ... FOR "
+                    "UPDATE SKIP LOCKED, which MariaDB has from 10.6. Upgrade the server."
+                )
+            return f"MariaDB {version}"
+        if db.mysql_version < (8, 0, 1):
+            raise CommandError(
+                f"MySQL {version} is not supported: runscheduler needs SELECT ... FOR UPDATE "
+                "SKIP LOCKED, which MySQL has from 8.0.1. Upgrade the server."
+            )
+        return f"MySQL {version}"
+    if vendor == "postgresql":
+        connection.ensure_connection()
+        major, minor = divmod(db.pg_version, 10000)
+        return f"PostgreSQL {major}.{minor}"
+    if vendor == "sqlite":
+        import sqlite3
+
+        return f"SQLite {sqlite3.sqlite_version} (one host only)"
+    return vendor
+
+
+def check_migrated() -> None:
+    """Refuse a database that lacks this app's migrations, naming the command to run."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_posixcron"]
+    missing = [migration.name for migration, _ in executor.migration_plan(targets)]
+    if missing:
+        raise CommandError(
+            f"The database lacks django_posixcron migrations ({', '.join(missing)}): "
+            "run `manage.py migrate` first."
+        )
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the scheduled tasks declared in settings.POSIXCRON: check them, reconcile them "
+        "into the database, then fire each occurrence exactly once until stopped."
+    )
+    # The checks run in handle(), so that call_command() refuses bad settings too.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_float,
+            default=None,
+            metavar="S",
+            help="Seconds between database polls (default: POSIXCRON['POLL_INTERVAL']).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="Runs executing at once in this process (default: POSIXCRON['CONCURRENCY']).",
+        )
+        parser.add_argument(
+            "--grace",
+            type=non_negative_float,
+            default=25.0,
+            metavar="S",
+            help="On SIGTERM/SIGINT, seconds to wait for running tasks (default: 25).",
+        )
+        parser.add_argument(
+            "--executor",
+            choices=("thread", "process"),
+            default="thread",
+            help=(
+                "Where task code runs: threads of this process (default), or a child process "
+                "per run, which a timeout or the end of the grace period can really stop."
+            ),
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Tick once, wait for the runs it started, record them and exit.",
+        )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Print what reconciling would change and exit 1 if anything would, 0 if not.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_posixcron.reconcile import reconcile
+
+        # Refuse to start on any error (a SystemCheckError exits non-zero).
+        self.check(display_num_errors=False)
+
+        if options["check"]:
+            try:
+                check_database_support()
+                check_migrated()
+                plan = reconcile(check_only=True)
+            except (OperationalError, InterfaceError) as exc:
+                raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+            if plan.is_empty:
+                self.stdout.write("The database matches settings: nothing to reconcile.")
+                return
+            for line in plan.lines():
+                self.stdout.write(line)
+            raise CommandError("The database differs from settings (see above).", returncode=1)
+
+        from django_posixcron.executors import ProcessExecutor
+        from django_posixcron.scheduler import Scheduler
+
+        concurrency = options["concurrency"] or get_settings().concurrency
+        executor = ProcessExecutor(concurrency) if options["executor"] == "process" else None
+        scheduler = Scheduler(
+            poll_interval=options["poll_interval"],
+            concurrency=concurrency,
+            grace=options["grace"],
+            executor=executor,
+        )
+
+        def prepare() -> str:
+            database = check_database_support()
+            check_migrated()
+            # "Now" for the first-start rule is the database's clock, as for every due time.
+            scheduler.measure_clock()
+            # Each change, and the summary, is logged by reconcile itself.
+            reconcile(now=scheduler.now(), declarations=scheduler.declarations)
+            scheduler.start()
+            return database
+
+        if options["once"]:
+            # Driven from system cron: the next invocation is the retry, so say why and exit.
+            try:
+                database = prepare()
+            except (OperationalError, InterfaceError) as exc:
+                raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+            self._summary(scheduler, database)
+            result = scheduler.run_once()
+            self.stdout.write(
+                f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
+            )
+            return
+        # A long-running scheduler started before its database (a host reboot) waits for it.
+        ready = scheduler.until_reachable(prepare)
+        if ready is None:
+            return  # stopped by a signal while waiting
+        self._summary(scheduler, ready)
+        scheduler.run()
+
+    def _summary(self, scheduler: Any, database: str) -> None:
+        from django_posixcron.models import Task
+        from django_posixcron.timing import zone
+
+        assert scheduler.process is not None
+        write = self.stdout.write
+        write(
+            f"django-posixcron scheduler {socket.gethostname()}:{os.getpid()} on {database}; "
+            f"poll every {scheduler.poll_interval:g} s, {scheduler.concurrency} at once, "
+            f"history {get_settings().history_days} days."
+        )
+        tasks = list(Task.objects.filter(declared=True).order_by("name"))
+        if not tasks:
+            write("No tasks declared in settings.POSIXCRON['TASKS'].")
+        for task in tasks:
+            if task.paused:
+                when = "paused"
+            elif task.due_at is None:
+                when = "not scheduled"
+            else:
+                local = task.due_at.astimezone(zone(task.timezone))
+                when = f"next {local.isoformat()} ({task.timezone})"
+            write(f"  {task.name}: {task.schedule!s} -> {when}")

@@ -1,0 +1,239 @@
+"""Report scheduler health for people and liveness probes: exit 0 healthy, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import socket
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
+from django.utils import timezone as dj_timezone
+
+from django_posixcron.conf import DEFAULT_POLL_INTERVAL, get_settings
+from django_posixcron.models import RunStatus, SchedulerProcess, Task
+
+UTC = dt.UTC
+
+
+def non_negative_float(value: str) -> float:
+    """Parse a number of seconds, zero allowed."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
+    return number
+
+
+def database_now() -> dt.datetime:
+    """Return the database's clock where it has one (the clock due times follow), else ours."""
+    sql = {
+        "postgresql": "SELECT STATEMENT_TIMESTAMP()",
+        "mysql": "SELECT UTC_TIMESTAMP(6)",
+    }.get(connection.vendor)
+    if sql is None:
+        return dj_timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        value: dt.datetime = cursor.fetchone()[0]
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _poll_interval() -> float:
+    """Return POLL_INTERVAL, or its default when settings are broken (checks are skipped)."""
+    value = get_settings().poll_interval
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return DEFAULT_POLL_INTERVAL
+
+
+def stale_after(poll_interval: float) -> dt.timedelta:
+    """Return how long a silent process is presumed alive: the scheduler's own rule."""
+    from django_posixcron.scheduler import stale_after as scheduler_rule
+
+    return scheduler_rule(poll_interval)
+
+
+@dataclasses.dataclass
+class Status:
+    """What the database says about the schedulers and the tasks at one instant."""
+
+    now: dt.datetime
+    live: list[SchedulerProcess]
+    overdue: list[Task]
+    failing: list[Task]
+    paused: int
+    active: int
+    problems: list[str]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def collect(
+    now: dt.datetime,
+    *,
+    max_lag: dt.timedelta,
+    stale: dt.timedelta,
+    this_host: str | None = None,
+    ignore_failing: bool = False,
+    ignore_overdue: bool = False,
+) -> Status:
+    """Return the status at `now`; `problems` lists what makes it unhealthy."""
+    live_qs = SchedulerProcess.objects.live(now, stale).order_by("hostname", "pid")
+    live = list(live_qs)
+    overdue = list(Task.objects.overdue(now, max_lag).order_by("due_at", "name"))
+    failing = list(Task.objects.failing().order_by("name"))
+    problems = []
+    if this_host is not None:
+        if not any(p.hostname == this_host for p in live):
+            problems.append(f"no live scheduler on host {this_host}")
+    elif not live:
+        problems.append("no live scheduler")
+    if overdue and not ignore_overdue:
+        problems.append(f"{len(overdue)} overdue task(s)")
+    if failing and not ignore_failing:
+        problems.append(f"{len(failing)} failing task(s)")
+    return Status(
+        now=now,
+        live=live,
+        overdue=overdue,
+        failing=failing,
+        paused=Task.objects.paused().count(),
+        active=Task.objects.active().count(),
+        problems=problems,
+    )
+
+
+def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
+    if then is None:
+        return "never"
+    return f"{(now - then).total_seconds():.1f} s ago"
+
+
+class Command(BaseCommand):
+    help = (
+        "Show live scheduler processes, overdue tasks and failing tasks. Exit 0 when healthy, "
+        "1 when no scheduler is live, a task is overdue or a task is failing."
+    )
+    # A probe must answer about the database, even while a deploy has broken settings.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--max-lag",
+            type=non_negative_float,
+            default=None,
+            metavar="S",
+            help="A task due more than S seconds ago is overdue (default: the poll interval).",
+        )
+        parser.add_argument(
+            "--ignore-failing",
+            action="store_true",
+            help="List failing tasks but stay healthy (restarting will not fix a task).",
+        )
+        parser.add_argument(
+            "--ignore-overdue",
+            action="store_true",
+            help="List overdue tasks but stay healthy.",
+        )
+        parser.add_argument(
+            "--this-host",
+            action="store_true",
+            help="Require a live scheduler on this host (its hostname), not anywhere: "
+            "what a per-container liveness probe wants.",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="Print one JSON object instead of text."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        poll_interval = _poll_interval()
+        max_lag = options["max_lag"]
+        try:
+            status = collect(
+                database_now(),
+                max_lag=dt.timedelta(seconds=poll_interval if max_lag is None else max_lag),
+                stale=stale_after(poll_interval),
+                this_host=socket.gethostname() if options["this_host"] else None,
+                ignore_failing=options["ignore_failing"],
+                ignore_overdue=options["ignore_overdue"],
+            )
+        except DatabaseError as exc:
+            # A probe wants a one-line answer, not a traceback.
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CommandError(f"database unavailable: {detail}", returncode=1) from exc
+        if options["json"]:
+            self.stdout.write(json.dumps(self._as_dict(status), indent=2))
+        else:
+            self._print(status)
+        if not status.healthy:
+            raise CommandError("; ".join(status.problems), returncode=1)
+
+    def _print(self, status: Status) -> None:
+        write, now = self.stdout.write, status.now
+        write(f"Schedulers: {len(status.live)} live")
+        for process in status.live:
+            write(
+                f"  {process.label}  version {process.version or '?'}  "
+                f"started {process.started_at.isoformat()}  "
+                f"heartbeat {_ago(now, process.last_heartbeat_at)}"
+            )
+        write(
+            f"Tasks: {status.active} active, {status.paused} paused, "
+            f"{len(status.overdue)} overdue, {len(status.failing)} failing"
+        )
+        for task in status.overdue:
+            assert task.due_at is not None
+            lag = (now - task.due_at).total_seconds()
+            write(f"  overdue  {task.name}  due {task.due_at.isoformat()} ({lag:.1f} s late)")
+        for task in status.failing:
+            label = RunStatus(task.last_run_status).label if task.last_run_status else "?"
+            retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
+            write(
+                f"  failing  {task.name}  last run {label} "
+                f"{_ago(now, task.last_run_finished_at)}{retry}"
+            )
+        if status.healthy:
+            write(self.style.SUCCESS("OK"))
+
+    @staticmethod
+    def _as_dict(status: Status) -> dict[str, Any]:
+        def iso(value: dt.datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "healthy": status.healthy,
+            "problems": status.problems,
+            "now": iso(status.now),
+            "schedulers": [
+                {
+                    "host": p.hostname,
+                    "pid": p.pid,
+                    "version": p.version,
+                    "started_at": iso(p.started_at),
+                    "last_heartbeat_at": iso(p.last_heartbeat_at),
+                }
+                for p in status.live
+            ],
+            "active": status.active,
+            "paused": status.paused,
+            "overdue": [{"name": t.name, "due_at": iso(t.due_at)} for t in status.overdue],
+            "failing": [
+                {
+                    "name": t.name,
+                    "last_run_status": t.last_run_status,
+                    "last_run_finished_at": iso(t.last_run_finished_at),
+                    "retry_at": iso(t.retry_at),
+                }
+                for t in status.failing
+            ],
+        }

@@ -1,0 +1,132 @@
+"""The commands as an operator runs them: runscheduler --once, the refusal, schedulerstatus."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.scheduler import Scheduler
+from tests.acceptance.conftest import hits
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def every_minute(
+    name: str, func: str = "tests.testapp.jobs.record", **extra: Any
+) -> dict[str, Any]:
+    """A task due in the current minute whenever the command starts: it fires at once."""
+    kwargs = {} if func == "tests.testapp.jobs.fail" else {"task_name": name}
+    return {"schedule": "* * * * *", "callable": func, "kwargs": kwargs, "retry_delay": 60, **extra}
+
+
+def runscheduler(*args: str) -> str:
+    out = io.StringIO()
+    call_command("runscheduler", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def status(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command("schedulerstatus", *args, stdout=out, stderr=io.StringIO())
+    except CommandError as error:
+        return error.returncode, out.getvalue() + str(error)
+    return 0, out.getvalue()
+
+
+def test_once_fires_what_is_due_records_outcomes_and_exits_zero(posixcron):
+    posixcron(
+        {
+            "ok": every_minute("ok"),
+            "exits": every_minute("exits", "tests.acceptance.jobs.raise_system_exit"),
+            "interrupts": every_minute(
+                "interrupts", "tests.acceptance.jobs.raise_keyboard_interrupt"
+            ),
+        },
+        POLL_INTERVAL=1,
+    )
+    runscheduler("--once")  # returns normally: task code cannot end the command
+
+    outcome = dict(Run.objects.values_list("task__name", "status"))
+    assert outcome == {"ok": "succeeded", "exits": "failed", "interrupts": "failed"}
+    assert set(Run.objects.values_list("trigger", flat=True)) == {"cron"}
+    assert "SystemExit" in Run.objects.get(task__name="exits").traceback
+    assert "KeyboardInterrupt" in Run.objects.get(task__name="interrupts").traceback
+    assert hits("ok") == hits("exits") == hits("interrupts") == 1
+    exits = Task.objects.get(name="exits")
+    assert exits.retry_at is not None
+    assert exits.last_run_status == "failed"
+    assert SchedulerProcess.objects.get().stopped_at is not None
+
+
+def test_a_second_once_in_the_same_minute_does_not_fire_again(posixcron):
+    posixcron({"ok": every_minute("ok")}, POLL_INTERVAL=1)
+    runscheduler("--once")
+    first = Run.objects.get()
+    runscheduler("--once")
+    # Unless the minute turned over between the two commands, nothing more ran; either way
+    # no occurrence ran twice.
+    scheduled = list(Run.objects.values_list("scheduled_for", flat=True))
+    assert len(scheduled) == len(set(scheduled))
+    assert first.scheduled_for in scheduled
+    assert hits("ok") == len(scheduled)
+
+
+def test_status_exit_codes(posixcron):
+    posixcron({"ok": every_minute("ok"), "bad": every_minute("bad", "tests.testapp.jobs.fail")})
+    # Nothing has ever run: no live scheduler.
+    code, out = status()
+    assert code != 0
+    assert "no live scheduler" in out
+
+    runscheduler("--once")
+    # --once stopped its process: still no live scheduler, and "bad" is failing.
+    code, out = status()
+    assert code != 0
+    assert "bad" in out
+
+    live = Scheduler(grace=1)
+    live.start()
+    try:
+        code, out = status("--ignore-failing")
+        assert code == 0, out
+        code, out = status()
+        assert code != 0
+        assert "failing" in out
+        code, out = status("--json")
+        assert '"healthy": false' in out
+        assert '"bad"' in out
+    finally:
+        live.shutdown()
+
+
+def test_manage_py_runscheduler_exits_non_zero_with_a_readable_message():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.acceptance.bad_settings"}
+    env.pop("DATABASE_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "runscheduler", "--once"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "settings.POSIXCRON['TASKS']['nightly-report']['schedule']" in proc.stderr
+    assert "'mon-fri'" in proc.stderr
+    assert "use 1-5" in proc.stderr
+    assert "settings.POSIXCRON['TASKS']['cleanup']['callable']" in proc.stderr
+    assert "posixcron.E0" in proc.stderr
+    assert "HINT" in proc.stderr

@@ -1,0 +1,175 @@
+"""Sharper edges: stable definitions across restarts, concurrent ticks, retention, status."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import threading
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection
+
+from django_posixcron.models import Run, Task
+from django_posixcron.scheduler import Scheduler
+from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def check() -> int:
+    try:
+        call_command("runscheduler", "--check", stdout=io.StringIO(), stderr=io.StringIO())
+    except CommandError as error:
+        return error.returncode
+    return 0
+
+
+def test_a_rich_definition_is_unchanged_after_a_restart_on_every_backend(world):
+    world.settings(
+        {
+            "rich": record(
+                "rich",
+                "0 3 1,15 * 1",
+                kwargs={
+                    "label": "Grüße ✓",
+                    "task_name": "rich",
+                },
+                timezone="America/Sao_Paulo",
+                retry_delay=dt.timedelta(minutes=7, microseconds=5),
+                timeout=2.5,
+                overlap="allow",
+                description="Ünïcode — and 'quotes' \"too\"",
+            ),
+            "nested": {
+                "schedule": "0 4 * * *",
+                "callable": "tests.acceptance.jobs.takes_anything",
+                "kwargs": {
+                    "z": [1, 2.5, None, True, {"b": 2**60, "a": -0.1}],
+                    "a": (1, 2),
+                    "empty": {},
+                },
+            },
+        }
+    )
+    world.start(T0)
+    before = {t.name: (t.definition_hash, t.next_run_at) for t in Task.objects.all()}
+    assert check() == 0
+    world.start(T0 + 2 * HOUR)
+    after = {t.name: (t.definition_hash, t.next_run_at) for t in Task.objects.all()}
+    assert after == before
+
+
+def test_pause_and_retirement_are_not_drift_for_check(world):
+    world.settings({"a": record("a", "0 * * * *"), "b": record("b", "0 * * * *")})
+    world.start(T0)
+    task("a").pause()
+    world.settings({"a": record("a", "0 * * * *")})
+    world.start(T0 + MINUTE)
+    assert check() == 0
+
+
+def tick_concurrently(world: Any, count: int = 3) -> list[BaseException]:
+    """Tick `count` schedulers at once in threads (own connections); return tick errors.
+
+    A tick that fails with OperationalError is retried, as the loop's back-off does.
+    """
+    schedulers = [Scheduler(grace=5, batch_size=7) for _ in range(count)]
+    world.schedulers.extend(schedulers)
+    for scheduler in schedulers:
+        scheduler.start()
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def work(scheduler: Scheduler) -> None:
+        try:
+            barrier.wait(timeout=10)
+            for _ in range(8):
+                try:
+                    scheduler.tick(T0 + 5 * dt.timedelta(seconds=1))
+                except OperationalError as error:
+                    errors.append(error)
+            for _ in range(3):
+                try:
+                    assert scheduler.wait_idle(timeout=15)
+                    break
+                except OperationalError as error:
+                    errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in schedulers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return errors
+
+
+def test_concurrent_schedulers_fire_each_occurrence_once(world):
+    names = [f"job-{i:02d}" for i in range(25)]
+    world.settings({name: record(name, "0 * * * *") for name in names})
+    world.start(T0 - MINUTE)
+    tick_concurrently(world)
+    assert Run.objects.count() == len(names)
+    assert sorted(set(Run.objects.values_list("task__name", flat=True))) == names
+    assert all(hits(name) == 1 for name in names)
+    assert all(task(name).next_run_at == T0 + HOUR for name in names)
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_concurrent_schedulers_do_not_deadlock(world):
+    names = [f"job-{i:02d}" for i in range(25)]
+    world.settings({name: record(name, "0 * * * *") for name in names})
+    world.start(T0 - MINUTE)
+    assert tick_concurrently(world) == []
+
+
+def test_old_history_is_pruned_and_the_task_stays(world):
+    world.settings({"daily": record("daily", "0 10 * * *")}, HISTORY_DAYS=30)
+    world.start(T0)
+    world.tick(T0)
+    assert len(runs("daily")) == 1
+    later = T0 + dt.timedelta(days=31)
+    world.start(later)
+    world.tick(later)
+    # The 31-day-old run is gone; the run for the gap (recorded under the first missed
+    # occurrence, 2030-01-08) is kept.
+    assert runs("daily") == [("cron", "succeeded", T0 + dt.timedelta(days=1))]
+    assert task("daily").declared is True
+
+
+def test_a_retired_task_ignores_a_manual_request(world):
+    world.settings({"a": record("a", "0 0 1 1 *")})
+    world.start(T0)
+    world.settings({})
+    world.start(T0 + MINUTE)
+    task("a").request_run(T0 + MINUTE)
+    world.tick(T0 + 2 * MINUTE)
+    assert hits("a") == 0
+
+
+def status(*args: str) -> int:
+    try:
+        call_command("schedulerstatus", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    except CommandError as error:
+        return error.returncode
+    return 0
+
+
+def test_status_reports_overdue_tasks_but_not_paused_ones(world):
+    world.settings({"late": record("late", "0 0 1 1 *")}, POLL_INTERVAL=10)
+    world.start(T0)
+    live = Scheduler(grace=1)
+    world.schedulers.append(live)
+    live.start()
+    assert status() == 0
+    # Due an hour ago and not fired: overdue.
+    hour_ago = live.now() - HOUR
+    Task.objects.filter(name="late").update(next_run_at=hour_ago, due_at=hour_ago)
+    assert status() == 1
+    assert status("--ignore-overdue") == 0
+    task("late").pause()
+    assert status() == 0

@@ -1,0 +1,288 @@
+"""The loop's promises, driven with Scheduler.tick(now): retries, overlap, manual, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.scheduler import Scheduler
+from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.acceptance.jobs import GATES
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECOND = dt.timedelta(seconds=1)
+
+
+def job(name: str, func: str, schedule: str = "0 * * * *", **extra: Any) -> dict[str, Any]:
+    return {
+        "schedule": schedule,
+        "callable": f"tests.acceptance.jobs.{func}",
+        "kwargs": {"task_name": name},
+        "retry_delay": 300,
+        **extra,
+    }
+
+
+def open_gate(name: str) -> None:
+    GATES.setdefault(name, threading.Event()).set()
+
+
+def close_gate(name: str) -> None:
+    GATES[name] = threading.Event()
+
+
+def test_no_make_up_after_a_long_gap(world):
+    world.settings({"hourly": record("hourly", "15 * * * *")})
+    world.start(T0)
+    gap_end = T0 + dt.timedelta(days=3, hours=2, minutes=40)  # 12:40, three days on
+    world.tick(gap_end)
+    world.tick(gap_end + MINUTE)
+    assert runs("hourly") == [("cron", "succeeded", T0 + 15 * MINUTE)]
+    assert task("hourly").next_run_at == gap_end.replace(minute=15) + HOUR
+    world.tick(gap_end.replace(minute=15) + HOUR)
+    assert hits("hourly") == 2
+
+
+def test_failure_retries_after_retry_delay_and_success_clears_it(world):
+    world.settings({"flaky": job("flaky", "fail_then_succeed", retry_delay=120)})
+    world.start(T0)
+    world.tick(T0)
+    flaky = task("flaky")
+    assert flaky.last_run_status == "failed"
+    assert flaky.retry_at is not None
+    assert T0 + 120 * SECOND <= flaky.retry_at < T0 + 130 * SECOND
+    assert flaky.due_at == flaky.retry_at
+    failed = Run.objects.get(task=flaky)
+    assert "RuntimeError: first call fails" in failed.traceback
+    assert "Traceback" in failed.traceback
+
+    assert world.tick(T0 + 119 * SECOND).claimed == []
+    retry_at = flaky.retry_at
+    world.tick(retry_at)
+    assert runs("flaky") == [("cron", "failed", T0), ("retry", "succeeded", retry_at)]
+    flaky = task("flaky")
+    assert flaky.retry_at is None
+    assert flaky.last_run_status == "succeeded"
+    assert flaky.due_at == T0 + HOUR
+
+
+def test_the_next_occurrence_fires_first_when_it_comes_before_the_retry(world):
+    world.settings({"flaky": job("flaky", "fail_then_succeed", retry_delay=90 * 60)})
+    world.start(T0)
+    world.tick(T0)
+    assert task("flaky").due_at == T0 + HOUR
+    world.tick(T0 + HOUR)
+    assert runs("flaky") == [("cron", "failed", T0), ("cron", "succeeded", T0 + HOUR)]
+    assert task("flaky").retry_at is None
+    # The retry (11:30) was consumed by the 11:00 run.
+    assert world.tick(T0 + HOUR + 31 * MINUTE).claimed == []
+
+
+def test_a_failing_task_keeps_retrying_at_its_delay(world):
+    world.settings({"bad": job("bad", "raise_value_error", schedule="0 0 1 1 *", retry_delay=60)})
+    world.start(T0)
+    task("bad").request_run(T0)
+    world.tick(T0)
+    for _ in range(3):
+        world.tick(task("bad").retry_at)
+    assert [r[:2] for r in runs("bad")] == [("manual", "failed")] + [("retry", "failed")] * 3
+    assert hits("bad") == 4
+
+
+def test_overlap_skip_records_a_skipped_run_and_allow_runs_concurrently(world):
+    close_gate("skipper")
+    close_gate("allower")
+    world.settings(
+        {
+            "skipper": job("skipper", "wait_for_gate", overlap="skip"),
+            "allower": job("allower", "wait_for_gate", overlap="allow"),
+        }
+    )
+    world.start(T0)
+    world.tick(T0, wait=False)
+    world.tick(T0 + HOUR, wait=False)
+    assert [r[:2] for r in runs("skipper")] == [("cron", "running"), ("cron", "skipped")]
+    assert [r[:2] for r in runs("allower")] == [("cron", "running"), ("cron", "running")]
+    open_gate("skipper")
+    open_gate("allower")
+    assert world.scheduler.wait_idle(timeout=15)
+    assert [r[1] for r in runs("skipper")] == ["succeeded", "skipped"]
+    assert [r[1] for r in runs("allower")] == ["succeeded", "succeeded"]
+    assert hits("skipper") == 1
+    assert hits("allower") == 2
+    # A skip is not a failure: no retry.
+    assert task("skipper").retry_at is None
+
+
+def test_a_manual_request_fires_as_manual_at_the_next_tick(world):
+    world.settings({"yearly": record("yearly", "0 0 1 1 *")})
+    world.start(T0)
+    requested = T0 + 5 * MINUTE + 7 * SECOND
+    task("yearly").request_run(requested)
+    assert world.tick(requested - SECOND).claimed == []
+    world.tick(requested + SECOND)
+    assert runs("yearly") == [("manual", "succeeded", requested)]
+    assert task("yearly").due_at == dt.datetime(2031, 1, 1, tzinfo=dt.UTC)
+    assert world.tick(requested + MINUTE).claimed == []
+
+
+def test_a_paused_task_ignores_manual_requests_until_resumed(world):
+    world.settings({"yearly": record("yearly", "0 0 1 1 *")})
+    world.start(T0)
+    yearly = task("yearly")
+    yearly.pause()
+    yearly.request_run(T0)
+    world.tick(T0 + MINUTE)
+    assert hits("yearly") == 0
+    task("yearly").resume()
+    world.tick(T0 + 2 * MINUTE)
+    assert runs("yearly") == [("manual", "succeeded", T0)]
+
+
+def test_a_process_with_other_declarations_does_not_claim_and_says_so(world, caplog):
+    world.settings({"job": record("job", "0 * * * *")})
+    world.start(T0)
+    # A rolling deploy: the database was reconciled by the new code (new kwargs) ...
+    world.settings({"job": {**record("job", "0 * * * *"), "kwargs": {"task_name": "new"}}})
+    world.start(T0 + MINUTE)
+    # ... while an old process still has the old settings.
+    world.settings({"job": record("job", "0 * * * *")})
+    old = Scheduler(grace=5)
+    world.schedulers.append(old)
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        assert old.tick(T0 + HOUR).claimed == []
+    assert any(getattr(r, "action", None) == "definition_differs" for r in caplog.records)
+    assert hits("job") == 0
+    world.tick(T0 + HOUR)
+    assert hits("new") == 1
+    assert hits("job") == 0
+
+
+@pytest.mark.parametrize(
+    ("func", "expected"),
+    [
+        ("raise_system_exit", "SystemExit"),
+        ("raise_keyboard_interrupt", "KeyboardInterrupt"),
+        ("raise_value_error", "ValueError: boom broke on purpose"),
+    ],
+)
+def test_any_exception_from_task_code_is_stored_and_the_scheduler_goes_on(world, func, expected):
+    world.settings({"boom": job("boom", func), "fine": record("fine", "0 * * * *")})
+    world.start(T0)
+    world.tick(T0)
+    failed = Run.objects.get(task__name="boom")
+    assert failed.status == "failed"
+    assert expected.split(":")[0] in failed.error
+    assert "Traceback (most recent call last)" in failed.traceback
+    assert expected.split(":")[0] in failed.traceback
+    assert "tests/acceptance/jobs.py" in failed.traceback
+    assert runs("fine") == [("cron", "succeeded", T0)]
+    # The scheduler is alive: the retry and the next hour both fire.
+    world.tick(task("boom").retry_at)
+    world.tick(T0 + HOUR)
+    assert hits("boom") == 3
+    assert hits("fine") == 2
+
+
+def test_a_run_of_a_dead_process_becomes_lost_and_is_retried(world):
+    world.settings({"job": record("job", "0 0 1 1 *", retry_delay=600)})
+    world.start(T0)
+    dead = SchedulerProcess.objects.create(
+        hostname=socket.gethostname(),
+        pid=999999,
+        started_at=T0 - HOUR,
+        last_heartbeat_at=T0 - 10 * MINUTE,
+    )
+    Run.objects.create(
+        task=task("job"),
+        trigger="cron",
+        status="running",
+        scheduled_for=T0 - 11 * MINUTE,
+        started_at=T0 - 11 * MINUTE,
+        process=dead,
+    )
+    world.tick(T0)
+    lost = Run.objects.get(task__name="job")
+    assert lost.status == "lost"
+    job_ = task("job")
+    assert job_.last_run_status == "lost"
+    assert job_.retry_at == T0 + 10 * MINUTE
+    world.tick(T0 + 10 * MINUTE)
+    assert [r[:2] for r in runs("job")] == [("cron", "lost"), ("retry", "succeeded")]
+
+
+def test_a_timed_out_run_counts_as_a_failure(world):
+    close_gate("slow")
+    world.settings({"slow": job("slow", "wait_for_gate", timeout=30, retry_delay=60)})
+    world.start(T0)
+    world.tick(T0, wait=False)
+    world.tick(T0 + 31 * SECOND, wait=False)
+    slow = task("slow")
+    assert runs("slow") == [("cron", "timed_out", T0)]
+    assert slow.last_run_status == "timed_out"
+    assert slow.retry_at == T0 + 91 * SECOND
+    open_gate("slow")
+    assert world.scheduler.wait_idle(timeout=15)
+    # The late return does not overwrite the recorded outcome.
+    assert runs("slow") == [("cron", "timed_out", T0)]
+
+
+def test_an_interrupted_run_counts_as_a_failure(world):
+    close_gate("long")
+    world.settings({"long": job("long", "wait_for_gate", retry_delay=60)})
+    scheduler = world.start(T0, grace=0)
+    world.tick(T0, wait=False)
+    scheduler.shutdown()
+    world.scheduler = None
+    assert runs("long") == [("cron", "interrupted", T0)]
+    long = task("long")
+    assert long.last_run_status == "interrupted"
+    assert long.retry_at is not None
+    open_gate("long")
+    world.start(T0 + MINUTE)
+    world.tick(long.retry_at)
+    assert [r[:2] for r in runs("long")] == [("cron", "interrupted"), ("retry", "succeeded")]
+
+
+def test_paused_and_retired_tasks_never_fire_even_when_due(world):
+    world.settings({"p": record("p", "0 * * * *"), "r": record("r", "0 * * * *")})
+    world.start(T0 - MINUTE)
+    Task.objects.filter(name="p").update(paused=True)
+    world.settings({"p": record("p", "0 * * * *")})
+    world.start(T0 - MINUTE)
+    for step in range(3):
+        world.tick(T0 + step * HOUR)
+    assert hits("p") == 0
+    assert hits("r") == 0
+
+
+def test_an_exception_whose_str_fails_is_still_recorded_as_a_failure(world):
+    world.settings({"odd": job("odd", "raise_unprintable"), "fine": record("fine", "0 * * * *")})
+    world.start(T0)
+    world.tick(T0)
+    odd = Run.objects.get(task__name="odd")
+    assert odd.status == "failed"
+    assert "UnprintableError" in odd.traceback
+    # Not stuck "running": the next occurrence runs instead of being skipped as an overlap.
+    world.tick(T0 + HOUR)
+    assert [r[1] for r in runs("odd")] == ["failed", "failed"]
+    assert hits("fine") == 2
+
+
+def test_an_error_message_with_a_nul_character_does_not_stall_the_scheduler(world):
+    world.settings({"binary": job("binary", "raise_with_nul"), "fine": record("fine", "0 * * * *")})
+    world.start(T0)
+    world.tick(T0)
+    binary = Run.objects.get(task__name="binary")
+    assert binary.status == "failed"
+    assert "unexpected bytes" in binary.error
+    world.tick(T0 + HOUR)
+    assert hits("fine") == 2
+    assert task("binary").last_run_status == "failed"

@@ -1,0 +1,194 @@
+"""`manage.py schedulerstatus`: what it lists and when it exits non-zero."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_posixcron.management.commands.schedulerstatus import database_now, stale_after
+from django_posixcron.models import RunStatus, SchedulerProcess, Task
+
+pytestmark = pytest.mark.django_db
+
+SECOND = dt.timedelta(seconds=1)
+
+
+@pytest.fixture
+def now() -> dt.datetime:
+    return database_now()
+
+
+@pytest.fixture(autouse=True)
+def _settings(posixcron):
+    posixcron({}, POLL_INTERVAL=10)
+
+
+def make_task(name: str, now: dt.datetime, **fields: Any) -> Task:
+    defaults = {
+        "schedule": "0 * * * *",
+        "callable_path": "tests.testapp.jobs.record",
+        "timezone": "UTC",
+        "retry_delay": dt.timedelta(minutes=5),
+        "definition_hash": "h",
+        "next_run_at": now + dt.timedelta(minutes=30),
+    }
+    defaults.update(fields)
+    task = Task(name=name, **defaults)
+    task.due_at = task.compute_due_at()
+    task.save()
+    return task
+
+
+def make_process(
+    now: dt.datetime, *, age: dt.timedelta = SECOND, **fields: Any
+) -> SchedulerProcess:
+    defaults = {"hostname": socket.gethostname(), "pid": 4242, "version": "1.0"}
+    defaults.update(fields)
+    return SchedulerProcess.objects.create(
+        started_at=now - dt.timedelta(hours=1), last_heartbeat_at=now - age, **defaults
+    )
+
+
+def status(*args: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("schedulerstatus", *args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue() + f"\nerror: {exc}"
+    return 0, out.getvalue()
+
+
+def test_healthy_lists_the_live_schedulers_and_exits_0(now):
+    process = make_process(now)
+    make_task("hourly", now)
+    make_task("paused", now, paused=True)
+
+    code, out = status()
+
+    assert code == 0, out
+    assert "Schedulers: 1 live" in out
+    assert process.label in out
+    assert "Tasks: 1 active, 1 paused, 0 overdue, 0 failing" in out
+    assert out.rstrip().endswith("OK")
+
+
+def test_no_scheduler_at_all_is_unhealthy(now):
+    make_task("hourly", now)
+    code, out = status()
+    assert code == 1
+    assert "Schedulers: 0 live" in out
+    assert "no live scheduler" in out
+
+
+@pytest.mark.parametrize("state", ["stale", "stopped"])
+def test_a_stale_or_stopped_scheduler_is_not_live(now, state):
+    poll = 10.0
+    if state == "stale":
+        make_process(now, age=stale_after(poll) + SECOND)
+    else:
+        make_process(now, stopped_at=now - SECOND)
+    code, out = status()
+    assert code == 1
+    assert "no live scheduler" in out
+
+
+def test_a_heartbeat_within_the_scheduler_s_own_threshold_is_live(now):
+    make_process(now, age=stale_after(10.0) - SECOND)
+    assert status()[0] == 0
+
+
+def test_an_overdue_task_is_unhealthy_unless_the_lag_allows_it(now):
+    make_process(now)
+    make_task("late", now, next_run_at=now - dt.timedelta(seconds=60))
+    make_task("late-but-paused", now, next_run_at=now - dt.timedelta(hours=2), paused=True)
+    make_task("late-but-retired", now, next_run_at=now - dt.timedelta(hours=2), declared=False)
+    make_task("just-due", now, next_run_at=now - dt.timedelta(seconds=5))
+
+    code, out = status()
+    assert code == 1
+    assert "overdue  late " in out
+    assert "1 overdue task(s)" in out
+    for quiet in ("late-but-paused", "late-but-retired", "just-due"):
+        assert quiet not in out
+
+    assert status("--max-lag", "120")[0] == 0
+    code, out = status("--ignore-overdue")
+    assert code == 0
+    assert "overdue  late " in out
+
+
+def test_a_failing_task_is_unhealthy_unless_ignored(now):
+    make_process(now)
+    make_task(
+        "broken",
+        now,
+        last_run_status=RunStatus.LOST,
+        last_run_finished_at=now - dt.timedelta(minutes=2),
+        retry_at=now + dt.timedelta(minutes=3),
+    )
+    make_task("fine", now, last_run_status=RunStatus.SUCCEEDED)
+
+    code, out = status()
+    assert code == 1
+    assert "failing  broken  last run lost" in out
+    assert "retry at" in out
+    assert "fine" not in out
+
+    code, out = status("--ignore-failing")
+    assert code == 0
+    assert "failing  broken" in out
+
+
+def test_this_host_wants_a_live_scheduler_here(now):
+    make_process(now, hostname="some-other-host")
+    assert status()[0] == 0
+    code, out = status("--this-host")
+    assert code == 1
+    assert f"no live scheduler on host {socket.gethostname()}" in out
+    make_process(now, pid=7)
+    assert status("--this-host")[0] == 0
+
+
+def test_json_output_for_machines(now):
+    make_process(now, pid=99)
+    make_task("broken", now, last_run_status=RunStatus.FAILED)
+    code, out = status("--json")
+    assert code == 1
+    document = json.loads(out.split("\nerror:")[0])
+    assert document["healthy"] is False
+    assert document["problems"] == ["1 failing task(s)"]
+    assert [p["pid"] for p in document["schedulers"]] == [99]
+    assert document["failing"][0]["name"] == "broken"
+    assert document["failing"][0]["last_run_status"] == "failed"
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "inf"])
+def test_max_lag_is_validated(value):
+    with pytest.raises(CommandError, match=r"max.lag"):
+        call_command("schedulerstatus", "--max-lag", value)
+
+
+def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
+    from django.db import OperationalError
+
+    from django_posixcron.management.commands import schedulerstatus
+
+    def refuse() -> dt.datetime:
+        raise OperationalError("connection refused\n\tIs the server running?")
+
+    monkeypatch.setattr(schedulerstatus, "database_now", refuse)
+    code, out = status()
+    assert code == 1
+    assert out.strip().endswith("error: database unavailable: connection refused")
+
+
+def test_broken_poll_interval_settings_fall_back_to_the_default(posixcron, now):
+    posixcron({}, POLL_INTERVAL="soon")
+    make_process(now, age=dt.timedelta(seconds=25))
+    assert status()[0] == 0

@@ -1,0 +1,260 @@
+"""A harness that starts real `runscheduler` processes against the test database.
+
+Each process gets the settings module tests.processes.proc_settings, told through a JSON file
+which database to use (the one pytest-django created for this session) and which tasks to
+declare. Tests run with transaction=True so what they write is committed and visible to the
+children, and what the children write is visible to the test. Waiting is always on a
+condition polled every 50 ms with a deadline; every child is killed in teardown, and the
+output of every child is attached to a failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_posixcron.models import SchedulerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+POLL = 0.05
+DEFAULT_TIMEOUT = 30.0
+
+
+def vendor() -> str:
+    return connection.vendor
+
+
+def only_on(*vendors: str, why: str = "") -> None:
+    """Skip the calling test unless the test database is one of `vendors`."""
+    if connection.vendor not in vendors:
+        names = {"postgresql": "PostgreSQL", "mysql": "MariaDB/MySQL", "sqlite": "SQLite"}
+        wanted = " or ".join(names.get(v, v) for v in vendors)
+        pytest.skip(
+            f"runs on {wanted} only{f' ({why})' if why else ''}; "
+            f"DATABASE_URL points at {names.get(connection.vendor)}"
+        )
+
+
+# The slowest cases wait on real time (a minute boundary, the stale-heartbeat threshold);
+# each runs on the databases where it matters most, so the suite stays within its CI budget.
+SLOW_CASE = "slow, so run on one or two databases to keep the suite within its CI budget"
+
+
+def task(
+    callable_path: str = "tests.testapp.jobs.record",
+    schedule: str = "0 0 1 1 *",
+    retry_delay: float = 300,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Return one TASKS entry; the default schedule (yearly) never fires during a test."""
+    return {"schedule": schedule, "callable": callable_path, "retry_delay": retry_delay, **extra}
+
+
+def record_task(name: str, schedule: str = "0 0 1 1 *", **extra: Any) -> dict[str, Any]:
+    """Return a task whose callable writes one Hit row named after it."""
+    return task(
+        "tests.testapp.jobs.record",
+        schedule=schedule,
+        kwargs={"label": name, "task_name": name},
+        **extra,
+    )
+
+
+class Child:
+    """One runscheduler subprocess and the file its output goes to."""
+
+    def __init__(self, label: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.label = label
+        self.args = args
+        self.log = log
+        self._log_file = log.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "django", "runscheduler", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        self._log_file.flush()
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            self.popen.send_signal(signum)
+
+    def kill(self) -> int:
+        """Kill -9 and reap; return the exit status."""
+        self.signal(signal.SIGKILL)
+        return self.popen.wait(timeout=DEFAULT_TIMEOUT)
+
+    def wait(self, timeout: float = DEFAULT_TIMEOUT) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.label} did not exit within {timeout} s\n{self.output()}"
+            ) from None
+
+    def close(self) -> None:
+        if self.alive():
+            self.kill()
+        self._log_file.close()
+
+
+class Schedulers:
+    """Start, watch and always clean up runscheduler processes for one test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.children: list[Child] = []
+        self._configs = 0
+        self.config_path: Path | None = None
+        self.configure({})
+
+    # -- settings -------------------------------------------------------------------------
+
+    def configure(
+        self, tasks: dict[str, Any], *, db_name: str | None = None, **top_level: Any
+    ) -> Path:
+        """Write the settings the next started processes read; return the file."""
+        posixcron = {"TASKS": tasks, "POLL_INTERVAL": 1, "CONCURRENCY": 4, **top_level}
+        self._configs += 1
+        path = self.tmp_path / f"settings-{self._configs}.json"
+        name = str(connection.settings_dict["NAME"]) if db_name is None else db_name
+        path.write_text(json.dumps({"DB_NAME": name, "POSIXCRON": posixcron}))
+        self.config_path = path
+        return path
+
+    def env(self) -> dict[str, str]:
+        assert self.config_path is not None
+        env = dict(os.environ)
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "tests.processes.proc_settings",
+                "POSIXCRON_PROC_CONFIG": str(self.config_path),
+                "PYTHONPATH": os.pathsep.join(
+                    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+                ),
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONWARNINGS": "error",
+            }
+        )
+        return env
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start(self, *args: str) -> Child:
+        """Start `runscheduler *args` in the background."""
+        label = f"scheduler-{len(self.children) + 1}"
+        child = Child(label, list(args), self.env(), self.tmp_path / f"{label}.log")
+        self.children.append(child)
+        return child
+
+    def start_live(self, count: int = 1, *args: str) -> list[Child]:
+        """Start `count` schedulers and wait until each has registered its heartbeat."""
+        children = [self.start(*args) for _ in range(count)]
+        pids = {c.pid for c in children}
+        self.wait_for(
+            lambda: pids <= set(SchedulerProcess.objects.values_list("pid", flat=True)),
+            what=f"{count} scheduler(s) to register",
+        )
+        return children
+
+    def run(self, *args: str, timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """Run `runscheduler *args` to completion; return its result."""
+        return self.manage("runscheduler", *args, timeout=timeout)
+
+    def manage(
+        self, command: str, *args: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a management command to completion with the children's settings."""
+        try:
+            return subprocess.run(
+                [sys.executable, "-m", "django", command, *args],
+                cwd=ROOT,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"{command} {args} ran past {timeout} s: {exc}") from None
+
+    def outputs(self) -> str:
+        return "\n".join(
+            f"----- {c.label} (pid {c.pid}, {' '.join(c.args) or 'no args'}, "
+            f"exit {c.popen.poll()}) -----\n{c.output()[-6000:]}"
+            for c in self.children
+        )
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def wait_for(
+        self,
+        condition: Callable[[], Any],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        what: str = "the condition",
+    ) -> Any:
+        """Poll `condition` every 50 ms until it is truthy; fail with all output after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            for child in self.children:
+                # A child that died when it should not have is the failure to report.
+                if not child.alive() and getattr(child, "expect_alive", True):
+                    raise AssertionError(
+                        f"{child.label} exited ({child.popen.returncode}) while waiting for "
+                        f"{what}\n{self.outputs()}"
+                    )
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout} s waiting for {what}\n{self.outputs()}"
+                )
+            time.sleep(POLL)
+
+    def expect_exit(self, child: Child) -> None:
+        """Tell wait_for that this child exiting is expected (killed or stopped on purpose)."""
+        child.expect_alive = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
+    """Yield a Schedulers harness; every child is killed before the database is flushed."""
+    harness = Schedulers(tmp_path)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,28 @@
+"""Settings for the runscheduler subprocesses that the process tests start.
+
+Everything comes from tests.settings; the test writes the rest to a JSON file named by
+POSIXCRON_PROC_CONFIG: the database name (the test database pytest-django created, so
+parent and children share it), the POSIXCRON dict and, optionally, the LOGGING level.
+"""
+
+import json
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import DATABASES
+
+with open(os.environ["POSIXCRON_PROC_CONFIG"], encoding="utf-8") as _file:
+    _config = json.load(_file)
+
+DATABASES["default"]["NAME"] = _config["DB_NAME"]
+POSIXCRON = _config["POSIXCRON"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "timed": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
+    "loggers": {"django_posixcron": {"handlers": ["console"], "level": "INFO"}},
+}

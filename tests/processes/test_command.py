@@ -1,0 +1,150 @@
+"""`runscheduler --once`, `--check` and bad settings, as a deployment sees them: exit codes."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.processes.conftest import Schedulers, record_task, task
+from tests.testapp.models import Hit
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def test_once_fires_what_is_due_waits_for_it_and_exits_0(schedulers: Schedulers) -> None:
+    # `* * * * *` matches the current minute, so the first-start rule makes it due at once.
+    schedulers.configure(
+        {
+            "minutely": record_task("minutely", "* * * * *"),
+            "broken": task("tests.testapp.jobs.fail", "* * * * *"),
+            "yearly": record_task("yearly"),
+        }
+    )
+    result = schedulers.run("--once")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    statuses = dict(Run.objects.values_list("task__name", "status"))
+    assert statuses == {"minutely": RunStatus.SUCCEEDED, "broken": RunStatus.FAILED}
+    assert Hit.objects.filter(task_name="minutely").count() == 1
+    # --once leaves no process behind that other schedulers would wait on.
+    assert Task.objects.get(name="broken").retry_at is not None
+
+
+def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
+    schedulers: Schedulers,
+) -> None:
+    schedulers.configure({"nightly": record_task("nightly", "15 3 * * *")})
+    before = schedulers.run("--check")
+    assert before.returncode == 1, before.stdout + before.stderr
+    assert "nightly" in before.stdout + before.stderr
+    assert not Task.objects.exists(), "--check must change nothing"
+
+    assert schedulers.run("--once").returncode == 0
+    same = schedulers.run("--check")
+    assert same.returncode == 0, same.stdout + same.stderr
+
+    schedulers.configure({"nightly": record_task("nightly", "15 4 * * *")})
+    changed = schedulers.run("--check")
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "nightly" in changed.stdout + changed.stderr
+    assert Task.objects.get(name="nightly").schedule == "15 3 * * *"
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("args", [(), ("--once",), ("--check",)])
+def test_a_settings_error_exits_non_zero_with_the_check_message_and_no_traceback(
+    schedulers: Schedulers, args: tuple[str, ...]
+) -> None:
+    schedulers.configure({"every-five": record_task("every-five", "*/5 * * * *")})
+    result = schedulers.run(*args)
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "posixcron.E" in output
+    assert "every-five" in output
+    assert "Traceback" not in output
+    assert not Task.objects.exists()
+
+
+def test_once_exits_non_zero_when_the_database_cannot_be_reached(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    missing = (
+        str(tmp_path / "no-such-dir" / "db.sqlite3")
+        if connection.vendor == "sqlite"
+        else "posixcron_no_such_database"
+    )
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")}, db_name=missing)
+    result = schedulers.run("--once")
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert not Run.objects.exists()
+
+
+def test_once_says_the_database_is_unavailable_without_a_traceback(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    missing = (
+        str(tmp_path / "no-such-dir" / "db.sqlite3")
+        if connection.vendor == "sqlite"
+        else "posixcron_no_such_database"
+    )
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")}, db_name=missing)
+    result = schedulers.run("--once")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "The database is unavailable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_loop_waits_for_a_database_that_is_down_at_start_up(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    real = Path(str(connection.settings_dict["NAME"]))
+    later = tmp_path / "appears-later"
+    missing = str(later / real.name) if connection.vendor == "sqlite" else "posixcron_no_such_db"
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")}, db_name=missing)
+    child = schedulers.start()
+    schedulers.wait_for(
+        lambda: "database unavailable" in child.output(), what="the outage to be logged"
+    )
+    assert child.alive()
+    if connection.vendor == "sqlite":
+        # The database appears (a volume mounted late): the scheduler starts without a restart.
+        later.symlink_to(real.parent, target_is_directory=True)
+        schedulers.wait_for(
+            lambda: (
+                Task.objects.filter(name="minutely").exists()
+                and child.pid in set(SchedulerProcess.objects.values_list("pid", flat=True))
+            ),
+            what="the scheduler to start once the database is there",
+        )
+        assert "database reachable again" in child.output()
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait() == 0, child.output()
+    assert "Traceback" not in child.output()
+
+
+def test_an_unmigrated_database_is_refused_with_the_command_to_run(
+    schedulers: Schedulers,
+) -> None:
+    recorder = MigrationRecorder(connection)
+    ours = [key for key in recorder.applied_migrations() if key[0] == "django_posixcron"]
+    for app, name in ours:
+        recorder.record_unapplied(app, name)
+    try:
+        schedulers.configure({"minutely": record_task("minutely", "* * * * *")})
+        for args in ((), ("--once",), ("--check",)):
+            result = schedulers.run(*args)
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert "manage.py migrate" in result.stderr
+            assert "0001_initial" in result.stderr
+            assert "Traceback" not in result.stderr
+    finally:
+        for app, name in ours:
+            recorder.record_applied(app, name)

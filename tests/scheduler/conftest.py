@@ -1,0 +1,130 @@
+"""Fixtures for driving Scheduler.tick(now) against the real test database."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.utils.module_loading import import_string
+
+from django_posixcron.models import Task
+from django_posixcron.scheduler import Scheduler
+from django_posixcron.timing import first_cursor
+from tests.testapp import jobs
+
+UTC = dt.UTC
+T0 = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+
+
+@dataclasses.dataclass
+class Declaration:
+    """Just what the scheduler reads from a declaration; stands in for H2's TaskDeclaration."""
+
+    name: str
+    schedule: str
+    callable_path: str
+    kwargs: dict[str, Any]
+    retry_delay: dt.timedelta
+    overlap: str
+    timeout: dt.timedelta | None
+    timezone: str
+
+    # Fixed at creation, so a test can swap the code behind a name without a redeploy.
+    definition_hash: str = ""
+
+    def __post_init__(self) -> None:
+        self.definition_hash = self.definition_hash or f"hash-{self.name}-{self.schedule}"
+
+    def resolve(self) -> Callable[..., Any]:
+        func: Callable[..., Any] = import_string(self.callable_path)
+        return func
+
+
+class Tasks:
+    """Create Task rows and their declarations together."""
+
+    def __init__(self) -> None:
+        self.declarations: dict[str, Declaration] = {}
+
+    def __call__(
+        self,
+        name: str = "record",
+        *,
+        schedule: str = "0 * * * *",
+        callable_path: str = "tests.testapp.jobs.record",
+        kwargs: dict[str, Any] | None = None,
+        retry_delay: float = 300,
+        overlap: str = "skip",
+        timeout: float | None = None,
+        timezone: str = "UTC",
+        now: dt.datetime = T0,
+        next_run_at: dt.datetime | None = None,
+        **fields: Any,
+    ) -> Task:
+        declaration = Declaration(
+            name=name,
+            schedule=schedule,
+            callable_path=callable_path,
+            kwargs=kwargs if kwargs is not None else {},
+            retry_delay=dt.timedelta(seconds=retry_delay),
+            overlap=overlap,
+            timeout=None if timeout is None else dt.timedelta(seconds=timeout),
+            timezone=timezone,
+        )
+        self.declarations[name] = declaration
+        if next_run_at is None:
+            next_run_at = first_cursor(schedule, timezone, now)
+        task = Task(
+            name=name,
+            schedule=schedule,
+            callable_path=callable_path,
+            kwargs=declaration.kwargs,
+            timezone=timezone,
+            retry_delay=declaration.retry_delay,
+            overlap=overlap,
+            timeout=declaration.timeout,
+            definition_hash=declaration.definition_hash,
+            next_run_at=next_run_at,
+            **fields,
+        )
+        task.due_at = task.compute_due_at()
+        task.save()
+        return task
+
+
+@pytest.fixture
+def tasks() -> Tasks:
+    return Tasks()
+
+
+@pytest.fixture
+def make_scheduler(tasks: Tasks) -> Iterator[Callable[..., Scheduler]]:
+    created: list[Scheduler] = []
+
+    def make(**options: Any) -> Scheduler:
+        options.setdefault("declarations", tasks.declarations)
+        options.setdefault("poll_interval", 1)
+        options.setdefault("concurrency", 4)
+        options.setdefault("grace", 5)
+        scheduler = Scheduler(**options)
+        created.append(scheduler)
+        return scheduler
+
+    yield make
+    for event in jobs.GATES.values():
+        event.set()
+    for scheduler in created:
+        assert scheduler.wait_idle(timeout=10), "a run did not finish"
+        scheduler.executor.close()
+    jobs.GATES.clear()
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest) -> Any:
+    """Return a fresh gate name and its event for tests.testapp.jobs.blocked."""
+    name = request.node.nodeid
+    jobs.GATES.pop(name, None)
+    return name, jobs.gate(name)

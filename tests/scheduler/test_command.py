@@ -1,0 +1,97 @@
+"""The runscheduler command in-process: arguments, checks, --check and --once."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+from django.db import connection
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EVERY_MINUTE = {
+    "every-minute": {
+        "schedule": "* * * * *",
+        "callable": "tests.testapp.jobs.record",
+        "kwargs": {"task_name": "every-minute"},
+        "retry_delay": 60,
+    }
+}
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("runscheduler", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--poll-interval", "0"], "must be a positive number of seconds"),
+        (["--poll-interval", "soon"], "expected a number of seconds"),
+        (["--concurrency", "0"], "must be at least 1"),
+        (["--concurrency", "2.5"], "expected a whole number"),
+        (["--grace", "-1"], "must be zero or more seconds"),
+    ],
+)
+def test_bad_arguments_are_refused(args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+
+
+def test_it_refuses_to_start_on_system_check_errors(posixcron):
+    posixcron({"broken": {"schedule": "*/5 * * * *", "callable": "tests.testapp.jobs.noop"}})
+    with pytest.raises(SystemCheckError):
+        run("--once")
+    assert not SchedulerProcess.objects.exists()
+
+
+def test_check_exits_1_when_the_database_differs_and_changes_nothing(posixcron):
+    posixcron(EVERY_MINUTE)
+    with pytest.raises(CommandError) as excinfo:
+        run("--check")
+    assert excinfo.value.returncode == 1
+    assert not Task.objects.exists()
+
+    run("--once")
+    assert "nothing to reconcile" in run("--check")
+
+
+def test_once_reconciles_fires_what_is_due_waits_and_exits(posixcron):
+    posixcron(EVERY_MINUTE)
+
+    out = run("--once", "--poll-interval", "1")
+
+    assert "every-minute: * * * * *" in out
+    assert f"{connection.vendor}" in out.lower() or "MariaDB" in out
+    run_ = Run.objects.get()
+    assert run_.status == RunStatus.SUCCEEDED
+    assert Hit.objects.filter(task_name="every-minute").count() == 1
+    process = SchedulerProcess.objects.get()
+    assert process.stopped_at is not None
+    assert run_.process == process
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB/MySQL only")
+def test_old_mariadb_is_refused_with_a_clear_message(monkeypatch):
+    connection.ensure_connection()
+    monkeypatch.setitem(connection.__dict__, "mysql_version", (10, 5, 9))
+    monkeypatch.setitem(connection.__dict__, "mysql_is_mariadb", True)
+    with pytest.raises(CommandError, match=r"SKIP LOCKED, which MariaDB has from 10\.6"):
+        run("--once")
+
+
+def test_once_with_the_process_executor(posixcron):
+    posixcron(
+        {"noop": {"schedule": "* * * * *", "callable": "tests.testapp.jobs.noop", "timeout": 60}}
+    )
+
+    run("--once", "--executor", "process")
+
+    assert Run.objects.get().status == RunStatus.SUCCEEDED

@@ -1,0 +1,116 @@
+"""Exactly-once inside one process: locks, the compare-and-set and the unique constraint."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from django_posixcron.models import Run, RunStatus, Task, Trigger
+from django_posixcron.reconcile import reconcile
+from tests.scheduler.conftest import T0
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOUR = dt.timedelta(hours=1)
+
+
+def test_two_schedulers_ticking_at_the_same_instant_fire_once(tasks, make_scheduler):
+    task = tasks(next_run_at=T0)
+    first, second = make_scheduler(), make_scheduler()
+
+    claimed = first.tick(T0).claimed + second.tick(T0).claimed
+    assert first.wait_idle(10)
+    assert second.wait_idle(10)
+
+    assert len(claimed) == 1
+    assert Run.objects.filter(task=task).count() == 1
+    assert Hit.objects.count() == 1
+
+
+def test_an_occurrence_already_recorded_is_not_fired_again(tasks, make_scheduler, caplog):
+    task = tasks(next_run_at=T0)
+    # As if another process fired it and this row's cursor had not moved (a stale read).
+    Run.objects.create(
+        task=task, trigger=Trigger.CRON, status=RunStatus.SUCCEEDED, scheduled_for=T0
+    )
+    scheduler = make_scheduler()
+
+    with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler"):
+        result = scheduler.tick(T0)
+
+    assert result.claimed == []
+    assert Run.objects.count() == 1
+    assert "already_fired" in [getattr(r, "action", "") for r in caplog.records]
+    task.refresh_from_db()
+    assert task.next_run_at == T0 + HOUR  # the cursor still moved on
+
+
+def test_the_compare_and_set_refuses_a_stale_claim(tasks, make_scheduler):
+    task = tasks(next_run_at=T0)
+    scheduler = make_scheduler()
+    scheduler.start()
+    stale = Task.objects.get(pk=task.pk)
+    # Another scheduler moved the cursor after this one read the row (SQLite has no row locks).
+    Task.objects.filter(pk=task.pk).update(next_run_at=T0 + HOUR, due_at=T0 + HOUR)
+
+    declaration = scheduler.declarations[task.name]
+    changes, run = scheduler._plan(stale, T0, overlapping=False)
+    with transaction.atomic():
+        written = scheduler._write_compare_and_set([(stale, declaration, changes, run)])
+
+    assert written == []
+    assert not Run.objects.exists()
+
+
+def test_a_row_locked_by_another_scheduler_is_skipped_not_waited_for(tasks, make_scheduler):
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite has no row locks; the compare-and-set covers it")
+    task = tasks(next_run_at=T0)
+    scheduler = make_scheduler()
+    scheduler.start()
+    locked, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        try:
+            with transaction.atomic():
+                list(Task.objects.select_for_update().filter(pk=task.pk))
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+            done.set()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        assert scheduler.tick(T0).claimed == []
+    finally:
+        release.set()
+        holder.join(10)
+    assert done.is_set()
+    assert len(scheduler.tick(T0).claimed) == 1
+
+
+def test_first_start_after_reconcile(posixcron, make_scheduler):
+    now = dt.datetime(2030, 1, 7, 3, 15, 40, tzinfo=dt.UTC)
+    posixcron(
+        {
+            "now": {"schedule": "15 3 * * *", "callable": "tests.testapp.jobs.record"},
+            "later": {"schedule": "16 3 * * *", "callable": "tests.testapp.jobs.record"},
+        }
+    )
+    plan = reconcile(now=now)
+    scheduler = make_scheduler(declarations=plan.declarations)
+
+    result = scheduler.tick(now)
+
+    assert [(r.task.name, r.scheduled_for) for r in result.started] == [
+        ("now", now.replace(second=0))
+    ]
+    assert Task.objects.get(name="later").next_run_at == now.replace(minute=16, second=0)

@@ -1,0 +1,282 @@
+"""The loop around tick(): query budget, database outages, shutdown, --once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.scheduler.conftest import T0
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize("count", [1, 1000])
+def test_an_idle_tick_costs_at_most_three_queries(tasks, make_scheduler, count):
+    task = tasks("idle-0", next_run_at=T0 + dt.timedelta(hours=1))
+    Task.objects.bulk_create(
+        Task(
+            name=f"idle-{i}",
+            schedule=task.schedule,
+            callable_path=task.callable_path,
+            timezone="UTC",
+            retry_delay=task.retry_delay,
+            definition_hash="whatever",
+            next_run_at=T0 + dt.timedelta(minutes=i),
+            due_at=T0 + dt.timedelta(minutes=i),
+        )
+        for i in range(1, count)
+    )
+    scheduler = make_scheduler()
+    scheduler.start()
+    scheduler.tick(T0 - dt.timedelta(minutes=1))  # the first tick also prunes
+
+    for now in (T0 - dt.timedelta(seconds=30), None):  # explicit time, then the database clock
+        with CaptureQueriesContext(connection) as queries:
+            result = scheduler.tick(now)
+        assert result.claimed == []
+        assert len(queries) <= 3, [q["sql"] for q in queries]
+    explicit = scheduler.tick(T0 - dt.timedelta(seconds=30))
+    expected = T0 + dt.timedelta(minutes=1) if count > 1 else T0 + dt.timedelta(hours=1)
+    assert explicit.next_due_at == expected
+    assert explicit.wake_in == 1.0  # capped at the poll interval
+
+
+def test_the_loop_sleeps_until_the_earliest_due_time(tasks, make_scheduler):
+    tasks(next_run_at=T0 + dt.timedelta(seconds=0.25))
+    scheduler = make_scheduler(poll_interval=10)
+
+    result = scheduler.tick(T0)
+
+    assert result.wake_in == pytest.approx(0.25)
+
+
+def break_connection() -> None:
+    """Break the default connection underneath Django, the way a database restart does."""
+    connection.ensure_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        other = connection.copy()
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        finally:
+            other.close()
+    elif connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT CONNECTION_ID()")
+            pid = cursor.fetchone()[0]
+        other = connection.copy()
+        try:
+            with other.cursor() as cursor:
+                cursor.execute(f"KILL {int(pid)}")
+        finally:
+            other.close()
+    else:
+        connection.connection.close()
+
+
+@pytest.fixture
+def persistent_connection():
+    """Keep the connection across ticks (CONN_MAX_AGE=None), as production setups often do."""
+    connection.close()
+    saved = connection.settings_dict["CONN_MAX_AGE"]
+    connection.settings_dict["CONN_MAX_AGE"] = None
+    yield
+    connection.close()
+    connection.settings_dict["CONN_MAX_AGE"] = saved
+
+
+def test_a_dropped_connection_is_logged_backed_off_and_recovered(
+    tasks, make_scheduler, caplog, persistent_connection
+):
+    tasks(next_run_at=T0 + dt.timedelta(hours=1))
+    scheduler = make_scheduler()
+    scheduler.start()
+
+    break_connection()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        first = scheduler._safe_tick()
+        second = scheduler._safe_tick()
+
+    assert first == 0.5  # backed off
+    assert second <= 1.0  # a normal tick again
+    actions = [getattr(r, "action", "") for r in caplog.records]
+    assert actions[0] == "db_error"
+    assert actions[-1] == "db_recovered"
+
+
+@pytest.fixture
+def unreachable_database():
+    """Point the connection at a server that is not there; restore it afterwards."""
+    connection.close()
+    saved = dict(connection.settings_dict)
+
+    def go_away() -> None:
+        connection.close()
+        if connection.vendor == "sqlite":
+            connection.settings_dict["NAME"] = "/nonexistent/dir/db.sqlite3"
+        else:
+            connection.settings_dict["HOST"] = "127.0.0.1"
+            connection.settings_dict["PORT"] = "9"  # discard: nothing listens
+
+    def come_back() -> None:
+        connection.close()
+        connection.settings_dict.update(saved)
+
+    yield go_away, come_back
+    come_back()
+
+
+def test_an_unreachable_database_backs_off_then_resumes(
+    tasks, make_scheduler, caplog, unreachable_database
+):
+    go_away, come_back = unreachable_database
+    task = tasks(next_run_at=T0 + dt.timedelta(hours=1))
+    scheduler = make_scheduler()
+    scheduler.start()
+
+    go_away()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        delays = [scheduler._safe_tick() for _ in range(3)]
+        come_back()
+        past = timezone.now() - dt.timedelta(minutes=1)
+        Task.objects.filter(pk=task.pk).update(due_at=past, next_run_at=past)
+        scheduler._safe_tick()
+    assert scheduler.wait_idle(timeout=10)
+
+    assert delays == [0.5, 1.0, 2.0]
+    actions = [getattr(r, "action", "") for r in caplog.records]
+    assert actions[:3] == ["db_error"] * 3
+    assert "db_recovered" in actions
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_back_off_is_capped(make_scheduler):
+    scheduler = make_scheduler()
+    delays = [scheduler._back_off(RuntimeError("down"), log=False) for _ in range(10)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(delays) == 30.0
+
+
+def test_shutdown_marks_runs_still_running_interrupted(tasks, make_scheduler, gate):
+    name, event = gate
+    task = tasks(callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler(grace=0.2)
+    run = scheduler.tick(T0).started[0]
+
+    scheduler.shutdown()
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.INTERRUPTED
+    task.refresh_from_db()
+    assert task.last_run_status == RunStatus.INTERRUPTED
+    assert task.retry_at is not None
+    assert SchedulerProcess.objects.get().stopped_at is not None
+    event.set()
+
+
+def test_run_returns_after_request_stop(tasks, make_scheduler):
+    tasks(next_run_at=T0 + dt.timedelta(hours=1))
+    scheduler = make_scheduler(poll_interval=30)
+    thread = threading.Thread(target=scheduler.run)
+    thread.start()
+    try:
+        # The loop is asleep for the poll interval; a stop request wakes it at once.
+        for _ in range(200):
+            if SchedulerProcess.objects.exists():
+                break
+            threading.Event().wait(0.05)
+        scheduler.request_stop()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    finally:
+        scheduler.request_stop()
+        thread.join(timeout=10)
+    assert SchedulerProcess.objects.get().stopped_at is not None
+    assert not Run.objects.exists()
+
+
+def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
+    tasks, make_scheduler, gate, unreachable_database
+):
+    go_away, come_back = unreachable_database
+    name, event = gate
+    now = timezone.now()
+    tasks(
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        next_run_at=now - dt.timedelta(minutes=1),
+    )
+    scheduler = make_scheduler()
+    run = scheduler.tick(now).started[0]
+    for _ in range(200):
+        if Hit.objects.exists():  # the task has its connection and is waiting on the gate
+            break
+        threading.Event().wait(0.05)
+
+    go_away()
+    event.set()
+    assert scheduler.executor.wait_idle(10)
+    assert scheduler._safe_tick() == 0.5  # the outcome could not be written
+    come_back()
+    scheduler._safe_tick()
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+
+
+def test_start_warns_when_host_and_database_clocks_differ(make_scheduler, caplog, monkeypatch):
+    scheduler = make_scheduler()
+    monkeypatch.setattr(
+        scheduler, "database_clock", lambda: timezone.now() + dt.timedelta(seconds=5)
+    )
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        scheduler.start()
+    assert [r.action for r in caplog.records if hasattr(r, "action")] == ["clock_skew"]
+    assert scheduler.now() - timezone.now() > dt.timedelta(seconds=4)
+
+
+def test_the_thread_pool_reuses_threads_and_stands_in_for_stuck_ones():
+    from django_posixcron.executors import ThreadExecutor
+
+    executor = ThreadExecutor(2)
+    stuck = threading.Event()
+    names: list[str] = []
+    try:
+        for key in range(6):
+            executor.submit(key, lambda: names.append(threading.current_thread().name))
+            assert executor.wait_idle(5)
+        assert len(set(names)) == 1  # one thread served them all, one after the other
+
+        executor.submit(10, lambda: stuck.wait(10))
+        executor.release(10)  # as a timeout does: the slot is free, the thread is not
+        assert executor.free_slots() == 2
+        done = [threading.Event(), threading.Event()]
+        executor.submit(11, done[0].set)
+        executor.submit(12, done[1].set)
+        assert all(event.wait(5) for event in done)  # served although one thread is stuck
+    finally:
+        stuck.set()
+        executor.close()
+
+
+def test_a_slow_poller_still_heartbeats_often_enough_not_to_look_dead(tasks, make_scheduler):
+    from django_posixcron.scheduler import stale_after
+
+    tasks(next_run_at=T0 + dt.timedelta(hours=1))
+    scheduler = make_scheduler(poll_interval=60)
+
+    assert scheduler.tick(T0).wake_in == 10.0
+    assert stale_after(60) == stale_after(1) == dt.timedelta(seconds=30)

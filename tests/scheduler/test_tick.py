@@ -1,0 +1,417 @@
+"""Scheduler.tick(now) driven with explicit times against the real test database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from django_posixcron.scheduler import Scheduler
+from django_posixcron.signals import run_finished, run_started
+from tests.scheduler.conftest import T0
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MINUTE = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+
+
+def finished(scheduler: Scheduler) -> None:
+    assert scheduler.wait_idle(timeout=10)
+
+
+def runs(task: Task) -> list[tuple[str, str, dt.datetime]]:
+    return [
+        (r.trigger, r.status, r.scheduled_for)
+        for r in Run.objects.filter(task=task).order_by("started_at", "pk")
+    ]
+
+
+def test_first_start_fires_only_when_the_current_minute_matches(tasks, make_scheduler):
+    now = T0 + dt.timedelta(seconds=20)  # 10:00:20, inside a matching minute
+    matching = tasks("matching", schedule="0 10 * * *", now=now)
+    other = tasks("other", schedule="1 10 * * *", now=now)
+    scheduler = make_scheduler()
+
+    result = scheduler.tick(now)
+    finished(scheduler)
+
+    assert [r.task.name for r in result.started] == ["matching"]
+    assert runs(matching) == [(Trigger.CRON, RunStatus.SUCCEEDED, T0)]
+    assert runs(other) == []
+    other.refresh_from_db()
+    assert other.next_run_at == T0 + MINUTE
+
+
+def test_no_make_up_after_a_long_gap(tasks, make_scheduler):
+    task = tasks(schedule="0 * * * *", next_run_at=T0)
+    scheduler = make_scheduler()
+    later = T0 + dt.timedelta(days=2, hours=5, minutes=30)
+
+    scheduler.tick(later)
+    finished(scheduler)
+    scheduler.tick(later + MINUTE)
+    finished(scheduler)
+
+    # Fired once for the whole gap, then resumed its schedule from now.
+    assert runs(task) == [(Trigger.CRON, RunStatus.SUCCEEDED, T0)]
+    assert Hit.objects.count() == 1
+    task.refresh_from_db()
+    assert task.next_run_at == later.replace(minute=0) + HOUR
+    assert task.due_at == task.next_run_at
+
+
+def test_a_failure_schedules_a_retry_that_fires_before_the_next_occurrence(tasks, make_scheduler):
+    task = tasks("failing", callable_path="tests.testapp.jobs.fail", retry_delay=300)
+    scheduler = make_scheduler()
+
+    scheduler.tick(T0)
+    finished(scheduler)
+    task.refresh_from_db()
+    assert task.last_run_status == RunStatus.FAILED
+    assert T0 + dt.timedelta(seconds=300) <= task.retry_at < T0 + dt.timedelta(seconds=310)
+    assert task.due_at == task.retry_at
+    assert task.next_run_at == T0 + HOUR
+
+    assert scheduler.tick(T0 + dt.timedelta(seconds=299)).claimed == []
+    result = scheduler.tick(T0 + dt.timedelta(seconds=311))
+    finished(scheduler)
+    assert [(r.trigger, r.scheduled_for) for r in result.started] == [
+        (Trigger.RETRY, task.retry_at)
+    ]
+    failed = Run.objects.get(task=task, trigger=Trigger.RETRY)
+    assert failed.status == RunStatus.FAILED
+    assert failed.error == "RuntimeError: boom"
+    assert "RuntimeError: boom" in failed.traceback
+
+
+def test_a_cron_occurrence_before_the_retry_fires_first_and_consumes_it(tasks, make_scheduler):
+    task = tasks("failing", callable_path="tests.testapp.jobs.fail", retry_delay=90 * 60)
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    finished(scheduler)
+    task.refresh_from_db()
+    assert task.retry_at > T0 + HOUR
+
+    # Switch the code to one that succeeds: the 11:00 occurrence consumes the pending retry.
+    scheduler.declarations["failing"].callable_path = "tests.testapp.jobs.record"
+    result = scheduler.tick(T0 + HOUR)
+    assert [(r.trigger, r.scheduled_for) for r in result.started] == [(Trigger.CRON, T0 + HOUR)]
+    task.refresh_from_db()
+    assert task.retry_at is None
+    finished(scheduler)
+    task.refresh_from_db()
+    assert task.retry_at is None
+    assert task.last_run_status == RunStatus.SUCCEEDED
+    # The retry (due 11:30) was consumed: nothing fires at 11:45.
+    assert scheduler.tick(T0 + HOUR + 45 * MINUTE).claimed == []
+
+
+def test_success_clears_a_pending_retry(tasks, make_scheduler):
+    retry_at = T0 + dt.timedelta(minutes=5)
+    task = tasks(next_run_at=T0 + HOUR, retry_at=retry_at, last_run_status=RunStatus.FAILED)
+    scheduler = make_scheduler()
+    assert scheduler.tick(retry_at - MINUTE).claimed == []
+    result = scheduler.tick(retry_at)
+    finished(scheduler)
+
+    assert [(r.trigger, r.scheduled_for) for r in result.started] == [(Trigger.RETRY, retry_at)]
+    task.refresh_from_db()
+    assert task.retry_at is None
+    assert task.last_run_status == RunStatus.SUCCEEDED
+    assert task.due_at == task.next_run_at == T0 + HOUR
+
+
+def test_overlap_skip_records_a_skipped_run_and_allow_runs_both(tasks, make_scheduler, gate):
+    name, event = gate
+    skip = tasks(
+        "skip",
+        schedule="* * * * *",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name, "task_name": "skip"},
+    )
+    allow = tasks(
+        "allow",
+        schedule="* * * * *",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name, "task_name": "allow"},
+        overlap="allow",
+    )
+    scheduler = make_scheduler()
+
+    scheduler.tick(T0)
+    result = scheduler.tick(T0 + MINUTE)
+    assert sorted(r.task.name for r in result.skipped) == ["skip"]
+    assert sorted(r.task.name for r in result.started) == ["allow"]
+    event.set()
+    finished(scheduler)
+
+    assert runs(skip) == [
+        (Trigger.CRON, RunStatus.SUCCEEDED, T0),
+        (Trigger.CRON, RunStatus.SKIPPED, T0 + MINUTE),
+    ]
+    assert [status for _, status, _ in runs(allow)] == [RunStatus.SUCCEEDED] * 2
+    skip.refresh_from_db()
+    assert skip.next_run_at == T0 + 2 * MINUTE
+    assert skip.last_run_status == RunStatus.SUCCEEDED
+
+
+def test_a_manual_request_fires_as_manual(tasks, make_scheduler):
+    task = tasks(next_run_at=T0 + HOUR)
+    requested = T0 + dt.timedelta(minutes=7)
+    task.request_run(now=requested)
+    scheduler = make_scheduler()
+
+    result = scheduler.tick(requested + dt.timedelta(seconds=1))
+    finished(scheduler)
+
+    assert [(r.trigger, r.scheduled_for) for r in result.started] == [(Trigger.MANUAL, requested)]
+    task.refresh_from_db()
+    assert task.run_requested_at is None
+    assert task.due_at == task.next_run_at == T0 + HOUR
+
+
+def test_paused_and_retired_tasks_never_fire(tasks, make_scheduler):
+    paused = tasks("paused", next_run_at=T0, paused=True)
+    retired = tasks("retired", next_run_at=T0, declared=False)
+    paused.request_run(now=T0)
+    scheduler = make_scheduler()
+
+    result = scheduler.tick(T0 + dt.timedelta(days=1))
+
+    assert result.claimed == []
+    assert not Run.objects.exists()
+    paused.refresh_from_db()
+    retired.refresh_from_db()
+    assert paused.next_run_at == retired.next_run_at == T0
+
+
+def test_a_task_whose_definition_differs_is_not_claimed(tasks, make_scheduler, caplog):
+    task = tasks("changed", next_run_at=T0)
+    Task.objects.filter(pk=task.pk).update(definition_hash="deployed-by-a-newer-release")
+    scheduler = make_scheduler()
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        scheduler.tick(T0)
+        scheduler.tick(T0 + dt.timedelta(seconds=1))
+        scheduler.tick(T0 + 2 * MINUTE)  # past the recheck interval
+
+    assert not Run.objects.exists()
+    actions = [r.action for r in caplog.records if hasattr(r, "action")]
+    assert actions.count("definition_differs") == 1
+
+
+def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks, make_scheduler):
+    task = tasks(retry_delay=60, next_run_at=T0 + HOUR)
+    dead = SchedulerProcess.objects.create(
+        hostname="gone", pid=1, last_heartbeat_at=T0 - dt.timedelta(minutes=10)
+    )
+    alive = SchedulerProcess.objects.create(hostname="alive", pid=2, last_heartbeat_at=T0)
+    orphan = Run.objects.create(
+        task=task,
+        trigger=Trigger.CRON,
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - HOUR,
+        started_at=T0 - HOUR,
+        process=dead,
+        process_label="gone:1",
+    )
+    healthy = Run.objects.create(
+        task=tasks("other", next_run_at=T0 + HOUR),
+        trigger=Trigger.CRON,
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - 2 * HOUR,
+        started_at=T0,
+        process=alive,
+        process_label="alive:2",
+    )
+    scheduler = make_scheduler()
+
+    result = scheduler.tick(T0 + dt.timedelta(seconds=5))
+
+    assert [r.pk for r in result.lost] == [orphan.pk]
+    orphan.refresh_from_db()
+    healthy.refresh_from_db()
+    assert orphan.status == RunStatus.LOST
+    assert "gone:1" in orphan.error
+    assert healthy.status == RunStatus.RUNNING
+    task.refresh_from_db()
+    assert task.last_run_status == RunStatus.LOST
+    assert task.retry_at == T0 + dt.timedelta(seconds=65)
+
+    SchedulerProcess.objects.filter(pk=alive.pk).update(last_heartbeat_at=T0 + MINUTE)
+    result = scheduler.tick(T0 + dt.timedelta(seconds=65))
+    finished(scheduler)
+    assert [(r.trigger, r.status) for r in result.started] == [(Trigger.RETRY, RunStatus.SUCCEEDED)]
+    assert Hit.objects.count() == 1
+
+
+def test_a_run_past_its_timeout_is_recorded_timed_out_and_retried(tasks, make_scheduler, gate):
+    name, event = gate
+    task = tasks(
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        timeout=30,
+        retry_delay=60,
+    )
+    scheduler = make_scheduler(concurrency=1)
+    first = scheduler.tick(T0).started[0]
+
+    assert scheduler.tick(T0 + dt.timedelta(seconds=29)).timed_out == []
+    result = scheduler.tick(T0 + dt.timedelta(seconds=31))
+
+    assert [r.pk for r in result.timed_out] == [first.pk]
+    first.refresh_from_db()
+    assert first.status == RunStatus.TIMED_OUT
+    assert "cannot stop Python code" in first.error
+    task.refresh_from_db()
+    assert task.last_run_status == RunStatus.TIMED_OUT
+    assert task.retry_at == T0 + dt.timedelta(seconds=91)
+    # The slot is free again although the thread still runs.
+    assert scheduler.executor.free_slots() == 1
+
+    event.set()
+    finished(scheduler)
+    first.refresh_from_db()
+    assert first.status == RunStatus.TIMED_OUT  # the late return does not overwrite it
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("tests.testapp.jobs.exit_now", "SystemExit: 3"),
+        ("tests.testapp.jobs.interrupt", "KeyboardInterrupt: "),
+    ],
+)
+def test_system_exit_and_keyboard_interrupt_in_task_code_are_failures(
+    tasks, make_scheduler, path, error
+):
+    task = tasks(callable_path=path)
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    finished(scheduler)
+
+    run = Run.objects.get(task=task)
+    assert run.status == RunStatus.FAILED
+    assert run.error == error
+    assert run.traceback.startswith("Traceback")
+    # The scheduler carries on.
+    assert scheduler.tick(T0 + HOUR).started
+
+
+def test_errors_and_tracebacks_are_capped(tasks, make_scheduler):
+    task = tasks(callable_path="tests.testapp.jobs.huge_failure")
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    finished(scheduler)
+
+    run = Run.objects.get(task=task)
+    assert len(run.error) <= 64 * 1024
+    assert len(run.traceback) <= 64 * 1024
+    assert run.traceback.rstrip().endswith("x")  # the tail (the failing frame) is kept
+
+
+def test_the_outcome_write_does_not_lose_a_concurrent_pause(tasks, make_scheduler, gate):
+    name, event = gate
+    task = tasks(callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+
+    Task.objects.get(pk=task.pk).pause()  # the admin, while the run is running
+    event.set()
+    finished(scheduler)
+
+    task.refresh_from_db()
+    assert task.paused is True
+    assert task.last_run_status == RunStatus.SUCCEEDED
+
+
+def test_signals_and_log_lines_for_each_run(tasks, make_scheduler, caplog):
+    tasks()
+    seen = []
+
+    def started(sender, run, **kwargs):
+        seen.append(("started", run.status))
+
+    def ended(sender, run, **kwargs):
+        seen.append(("finished", run.status))
+
+    run_started.connect(started)
+    run_finished.connect(ended)
+    try:
+        scheduler = make_scheduler()
+        with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler"):
+            scheduler.tick(T0)
+            finished(scheduler)
+    finally:
+        run_started.disconnect(started)
+        run_finished.disconnect(ended)
+
+    assert seen == [("started", RunStatus.RUNNING), ("finished", RunStatus.SUCCEEDED)]
+    lines = [r for r in caplog.records if getattr(r, "action", "").startswith("run_")]
+    assert [r.action for r in lines] == ["run_started", "run_finished"]
+    assert "task=record trigger=cron status=succeeded duration=" in lines[1].getMessage()
+
+
+def test_a_broken_signal_receiver_does_not_stop_the_run(tasks, make_scheduler):
+    tasks()
+
+    def broken(sender, run, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    run_started.connect(broken)
+    try:
+        scheduler = make_scheduler()
+        scheduler.tick(T0)
+        finished(scheduler)
+    finally:
+        run_started.disconnect(broken)
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_old_history_is_pruned_in_batches(tasks, make_scheduler, settings):
+    settings.POSIXCRON = {**settings.POSIXCRON, "HISTORY_DAYS": 30}
+    task = tasks(next_run_at=T0 + HOUR)
+    old = T0 - dt.timedelta(days=31)
+    Run.objects.bulk_create(
+        Run(
+            task=task,
+            trigger=Trigger.CRON,
+            status=RunStatus.SUCCEEDED,
+            scheduled_for=old - dt.timedelta(minutes=i),
+        )
+        for i in range(2500)
+    )
+    recent = Run.objects.create(
+        task=task,
+        trigger=Trigger.CRON,
+        status=RunStatus.SUCCEEDED,
+        scheduled_for=T0 - dt.timedelta(days=29),
+    )
+    alive = SchedulerProcess.objects.create(hostname="alive", pid=2, last_heartbeat_at=T0)
+    stuck = Run.objects.create(
+        task=task, trigger=Trigger.RETRY, status=RunStatus.RUNNING, scheduled_for=old, process=alive
+    )
+    scheduler = make_scheduler()
+
+    scheduler.tick(T0)
+
+    assert set(Run.objects.values_list("pk", flat=True)) == {recent.pk, stuck.pk}
+
+
+def test_a_task_whose_definition_comes_to_match_is_claimed_again(tasks, make_scheduler):
+    task = tasks("changed", schedule="* * * * *", next_run_at=T0)
+    mine = task.definition_hash
+    Task.objects.filter(pk=task.pk).update(definition_hash="another-release")
+    scheduler = make_scheduler()
+    assert scheduler.tick(T0).claimed == []
+
+    # The other release rolled back and reconciled this release's definition again.
+    Task.objects.filter(pk=task.pk).update(definition_hash=mine)
+    assert scheduler.tick(T0 + dt.timedelta(seconds=1)).claimed == []  # still remembered
+    result = scheduler.tick(T0 + 2 * MINUTE)
+    finished(scheduler)
+    assert [r.scheduled_for for r in result.started] == [T0]
