@@ -1,0 +1,118 @@
+"""Users with each permission set, and Task/Run rows made directly."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.utils import timezone
+
+from django_posixcron.models import Run, RunStatus, Task, Trigger
+
+_counter = itertools.count()
+
+
+def make_task(**fields: Any) -> Task:
+    """Create a Task row with sensible defaults (factories may replace this later)."""
+    n = next(_counter)
+    now = timezone.now()
+    defaults: dict[str, Any] = {
+        "name": f"task-{n}",
+        "schedule": "15 3 * * 1-5",
+        "callable_path": "tests.testapp.jobs.succeed",
+        "timezone": "Europe/Berlin",
+        "retry_delay": dt.timedelta(minutes=5),
+        "definition_hash": f"hash-{n}",
+        "next_run_at": now + dt.timedelta(minutes=3, seconds=30),
+    }
+    defaults.update(fields)
+    task = Task(**defaults)
+    if "due_at" not in fields:
+        task.due_at = task.compute_due_at()
+    task.save()
+    return task
+
+
+def make_run(task: Task, **fields: Any) -> Run:
+    """Create a Run row, and mirror it in the task's last-run summary like the scheduler."""
+    started = fields.pop("started_at", timezone.now() - dt.timedelta(minutes=10))
+    status = fields.pop("status", RunStatus.SUCCEEDED)
+    duration = fields.pop("duration", dt.timedelta(seconds=2))
+    defaults: dict[str, Any] = {
+        "trigger": Trigger.CRON,
+        "scheduled_for": started,
+        "started_at": started,
+        "finished_at": started + duration if status != RunStatus.RUNNING else None,
+        "duration": duration if status != RunStatus.RUNNING else None,
+        "status": status,
+        "process_label": "web-1:4242",
+    }
+    defaults.update(fields)
+    run = Run.objects.create(task=task, **defaults)
+    Task.objects.filter(pk=task.pk).update(
+        last_run_status=run.status,
+        last_run_started_at=run.started_at,
+        last_run_finished_at=run.finished_at,
+    )
+    return run
+
+
+def _staff(username: str, *codenames: str) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    perms = Permission.objects.filter(
+        content_type__app_label="django_posixcron", codename__in=codenames
+    )
+    assert perms.count() == len(codenames), codenames
+    user.user_permissions.set(perms)
+    return user
+
+
+VIEW = ("view_task", "view_run")
+
+
+@pytest.fixture
+def superuser(db: None) -> User:
+    return User.objects.create_superuser("root", "root@example.com", "pw")
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    """A staff user who can look but has none of the custom permissions."""
+    return _staff("viewer", *VIEW)
+
+
+@pytest.fixture
+def operator(db: None) -> User:
+    return _staff("operator", *VIEW, "pause_task", "run_task")
+
+
+@pytest.fixture
+def pauser(db: None) -> User:
+    return _staff("pauser", *VIEW, "pause_task")
+
+
+@pytest.fixture
+def runner(db: None) -> User:
+    return _staff("runner", *VIEW, "run_task")
+
+
+@pytest.fixture
+def deleter(db: None) -> User:
+    return _staff("deleter", *VIEW, "delete_task", "delete_run")
+
+
+@pytest.fixture
+def bare_staff(db: None) -> User:
+    """Staff, but no permission on this app at all."""
+    return _staff("bare")
+
+
+def client_for(user: User | None, **kwargs: Any) -> Client:
+    client = Client(**kwargs)
+    if user is not None:
+        client.force_login(user)
+    return client

@@ -1,0 +1,203 @@
+"""The run history: read-only, filterable, and a failed run's traceback readable."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_posixcron.models import Run, RunStatus, Trigger
+from tests.admin.conftest import client_for, make_run, make_task
+
+pytestmark = pytest.mark.django_db
+
+LIST = reverse("admin:django_posixcron_run_changelist")
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/reports/jobs.py", line 12, in nightly
+    raise RuntimeError("SMTP said <550> & went away")
+RuntimeError: SMTP said <550> & went away"""
+
+
+def run_url(run: Run) -> str:
+    return reverse("admin:django_posixcron_run_change", args=[run.pk])
+
+
+def test_list_columns(superuser):
+    task = make_task(name="nightly-report")
+    make_run(task, status=RunStatus.FAILED, duration=dt.timedelta(seconds=3, milliseconds=500))
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "nightly-report" in html
+    assert reverse("admin:django_posixcron_task_change", args=[task.pk]) in html
+    assert 'posixcron-failure">failed<' in html
+    assert "3.50 s" in html
+    assert "web-1:4242" in html
+    assert "cron" in html
+
+
+def test_run_list_does_not_count_the_whole_table(superuser):
+    task = make_task()
+    make_run(task)
+    response = client_for(superuser).get(LIST)
+    assert response.context["cl"].show_full_result_count is False
+    assert response.context["cl"].full_result_count is None
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status__exact=failed", {"a-fail"}),
+        ("trigger__exact=manual", {"b-manual"}),
+        ("q=b", {"b-manual", "b-ok"}),
+    ],
+)
+def test_filters_and_search(superuser, query, expected):
+    a, b = make_task(name="a"), make_task(name="b")
+    now = timezone.now()
+    make_run(a, status=RunStatus.FAILED, process_label="a-fail")
+    make_run(b, trigger=Trigger.MANUAL, process_label="b-manual", started_at=now)
+    make_run(b, process_label="b-ok", started_at=now - dt.timedelta(hours=1))
+    response = client_for(superuser).get(f"{LIST}?{query}")
+    assert response.status_code == 200
+    assert {r.process_label for r in response.context["cl"].result_list} == expected
+
+
+def test_filter_by_task(superuser):
+    a, b = make_task(name="a"), make_task(name="b")
+    run_a = make_run(a)
+    make_run(b)
+    response = client_for(superuser).get(f"{LIST}?task={a.pk}")
+    assert list(response.context["cl"].result_list) == [run_a]
+
+
+def test_task_filter_menu_is_bounded_but_keeps_the_selected_task(superuser):
+    from django_posixcron import admin as posixcron_admin
+
+    tasks = [make_task(name=f"t-{i:03}") for i in range(posixcron_admin.TASK_FILTER_CHOICES + 5)]
+    last = tasks[-1]
+    make_run(last)
+    response = client_for(superuser).get(f"{LIST}?task={last.pk}")
+    task_filter = next(f for f in response.context["cl"].filter_specs if f.parameter_name == "task")
+    choices = task_filter.lookup_choices
+    assert len(choices) == posixcron_admin.TASK_FILTER_CHOICES + 1
+    assert (str(last.pk), last.name) in choices
+    assert len(response.context["cl"].result_list) == 1
+
+
+def test_bad_task_filter_value_is_not_a_crash(superuser):
+    make_task()
+    response = client_for(superuser).get(f"{LIST}?task=abc")
+    assert response.status_code == 302
+    assert "e=1" in response["Location"]
+
+
+def test_date_hierarchy(superuser):
+    task = make_task()
+    make_run(task, started_at=dt.datetime(2030, 1, 7, 3, 15, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2030, 2, 7, 3, 15, tzinfo=dt.UTC))
+    client = client_for(superuser)
+    response = client.get(f"{LIST}?scheduled_for__year=2030&scheduled_for__month=1")
+    assert response.status_code == 200
+    assert len(response.context["cl"].result_list) == 1
+    assert "scheduled_for__year=2030" in client.get(LIST).content.decode()
+
+
+def test_failed_run_shows_error_and_traceback_escaped(superuser):
+    task = make_task(name="nightly-report")
+    run = make_run(
+        task, status=RunStatus.FAILED, error="RuntimeError: <550> & away", traceback=TRACEBACK
+    )
+    html = client_for(superuser).get(run_url(run)).content.decode()
+    assert '<pre class="posixcron-traceback">Traceback (most recent call last):' in html
+    assert "raise RuntimeError(&quot;SMTP said &lt;550&gt; &amp; went away&quot;)" in html
+    assert '<pre class="posixcron-error">RuntimeError: &lt;550&gt; &amp; away</pre>' in html
+    assert "<550>" not in html
+
+
+def test_malicious_traceback_is_escaped(superuser):
+    task = make_task(name="x")
+    run = make_run(
+        task,
+        status=RunStatus.FAILED,
+        error='<img src=x onerror="alert(1)">',
+        traceback="<script>alert(1)</script>",
+    )
+    for url in (LIST, run_url(run)):
+        html = client_for(superuser).get(url).content.decode()
+        assert "<script>alert(1)</script>" not in html
+        assert "<img src=x" not in html
+
+
+def test_runs_are_read_only(superuser):
+    task = make_task()
+    run = make_run(task, status=RunStatus.FAILED)
+    client = client_for(superuser)
+    assert client.get(reverse("admin:django_posixcron_run_add")).status_code == 403
+    html = client.get(run_url(run)).content.decode()
+    assert 'name="_save"' not in html
+    response = client.post(run_url(run), {"status": "succeeded"})
+    assert response.status_code == 403
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+
+
+def test_delete_needs_the_delete_permission(viewer, deleter):
+    task = make_task()
+    run = make_run(task)
+    url = reverse("admin:django_posixcron_run_delete", args=[run.pk])
+    assert client_for(viewer).post(url, {"post": "yes"}).status_code == 403
+    assert Run.objects.filter(pk=run.pk).exists()
+    assert client_for(deleter).post(url, {"post": "yes"}).status_code == 302
+    assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def test_bulk_delete_of_old_runs(deleter):
+    task = make_task()
+    runs = [make_run(task, trigger=t) for t in (Trigger.CRON, Trigger.RETRY, Trigger.MANUAL)]
+    client_for(deleter).post(
+        LIST,
+        {"action": "delete_selected", "_selected_action": [r.pk for r in runs[:2]], "post": "yes"},
+    )
+    assert list(Run.objects.all()) == [runs[2]]
+
+
+def test_anonymous_and_staff_without_permission(bare_staff):
+    task = make_task()
+    run = make_run(task)
+    for url in (LIST, run_url(run)):
+        anonymous = client_for(None).get(url)
+        assert anonymous.status_code == 302
+        assert reverse("admin:login") in anonymous["Location"]
+        assert client_for(bare_staff).get(url).status_code == 403
+
+
+def test_run_list_query_count_does_not_grow_with_runs(superuser):
+    client = client_for(superuser)
+    task = make_task()
+    now = timezone.now()
+    for i in range(5):
+        make_run(task, started_at=now - dt.timedelta(minutes=i))
+    client.get(LIST)
+    with CaptureQueriesContext(connection) as few:
+        client.get(LIST)
+    for i in range(5, 60):
+        make_run(make_task(), started_at=now - dt.timedelta(minutes=i))
+    with CaptureQueriesContext(connection) as many:
+        client.get(LIST)
+    assert len(many) == len(few)
+
+
+def test_process_admin_is_read_only(superuser):
+    from django_posixcron.models import SchedulerProcess
+
+    process = SchedulerProcess.objects.create(hostname="sched-a", pid=7)
+    client = client_for(superuser)
+    html = client.get(reverse("admin:django_posixcron_schedulerprocess_changelist")).content
+    assert b"sched-a:7" in html
+    url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
+    assert client.get(url).status_code == 200
+    assert client.post(url, {"hostname": "other"}).status_code == 403

@@ -1,0 +1,568 @@
+"""The task list and task page: what operators see, and what each user may do."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from tests.admin.conftest import client_for, make_run, make_task
+
+pytestmark = pytest.mark.django_db
+
+LIST = reverse("admin:django_posixcron_task_changelist")
+
+
+def change_url(task: Task) -> str:
+    return reverse("admin:django_posixcron_task_change", args=[task.pk])
+
+
+def action_url(task: Task, action: str) -> str:
+    return reverse(f"admin:django_posixcron_task_{action}", args=[task.pk])
+
+
+# The list -----------------------------------------------------------------------------------
+
+
+def test_list_shows_schedule_description_zone_state_last_and_next_run(superuser):
+    task = make_task(name="nightly-report", timezone="Europe/Berlin")
+    make_run(task, status=RunStatus.FAILED, duration=dt.timedelta(seconds=42))
+    make_task(name="paused-one", paused=True)
+    make_task(name="gone", declared=False)
+    response = client_for(superuser).get(LIST)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "nightly-report" in html
+    assert "15 3 * * 1-5" in html
+    assert "At 03:15, Monday through Friday" in html
+    assert "Europe/Berlin" in html
+    assert 'posixcron-badge posixcron-active">active<' in html
+    assert 'posixcron-badge posixcron-paused">paused<' in html
+    assert 'posixcron-badge posixcron-retired">retired<' in html
+    assert 'posixcron-failure">failed<' in html
+    assert "42 s" in html
+    # Next run in the task's zone, with a relative time.
+    assert "CET" in html or "CEST" in html
+    assert "in 3\xa0minutes" in html
+
+
+def test_header_counts_live_processes_failing_and_overdue(superuser):
+    now = timezone.now()
+    SchedulerProcess.objects.create(hostname="sched-a", pid=11, last_heartbeat_at=now)
+    SchedulerProcess.objects.create(
+        hostname="dead-b", pid=12, last_heartbeat_at=now - dt.timedelta(hours=1)
+    )
+    failing = make_task(name="fails")
+    make_run(failing, status=RunStatus.TIMED_OUT)
+    make_task(name="late", next_run_at=now - dt.timedelta(hours=1))
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "sched-a:11" in html
+    assert "dead-b:12" not in html
+    assert "1 failing task" in html
+    assert "1 overdue task" in html
+
+
+def test_header_warns_when_no_scheduler_is_live(superuser):
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "no task will run until a scheduler is started" in html
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("state=active", {"a"}),
+        ("state=paused", {"p"}),
+        ("state=retired", {"r"}),
+        ("health=failing", {"p"}),
+        ("health=overdue", {"a"}),
+        ("last_run_status__exact=failed", {"p"}),
+        ("timezone=Asia/Tokyo", {"r"}),
+        ("q=needle", {"a"}),
+        ("q=jobs.special", {"p"}),
+        ("q=r", {"r"}),
+    ],
+)
+def test_filters_and_search(superuser, query, expected):
+    now = timezone.now()
+    make_task(name="a", description="find the needle", next_run_at=now - dt.timedelta(hours=1))
+    p = make_task(name="p", paused=True, callable_path="tests.jobs.special")
+    make_run(p, status=RunStatus.FAILED)
+    make_task(name="r", declared=False, timezone="Asia/Tokyo")
+    response = client_for(superuser).get(f"{LIST}?{query}")
+    assert response.status_code == 200
+    assert {t.name for t in response.context["cl"].result_list} == expected
+
+
+def test_list_sorts_by_next_run(superuser):
+    now = timezone.now()
+    make_task(name="b-later", next_run_at=now + dt.timedelta(hours=2))
+    make_task(name="a-sooner", next_run_at=now + dt.timedelta(hours=1))
+    response = client_for(superuser).get(LIST)
+    assert [t.name for t in response.context["cl"].result_list] == ["a-sooner", "b-later"]
+    # Sort on the next-run column, the fifth.
+    response = client_for(superuser).get(f"{LIST}?o=-5")
+    assert [t.name for t in response.context["cl"].result_list] == ["b-later", "a-sooner"]
+
+
+def test_list_shows_pending_retry_and_run_request(superuser):
+    now = timezone.now()
+    task = make_task(name="retrying", retry_at=now + dt.timedelta(minutes=5, seconds=30))
+    task.request_run(now)
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "in 5\xa0minutes" in html
+    assert "run requested now" in html
+
+
+def _seed(count: int) -> None:
+    now = timezone.now()
+    for i in range(count):
+        task = make_task(name=f"bulk-{i:03}", retry_at=now + dt.timedelta(minutes=i))
+        make_run(task, status=RunStatus.FAILED if i % 2 else RunStatus.SUCCEEDED)
+        make_run(
+            task,
+            trigger=Trigger.RETRY,
+            scheduled_for=now - dt.timedelta(minutes=1),
+            status=RunStatus.SUCCEEDED,
+        )
+    SchedulerProcess.objects.create(hostname="h", pid=1, last_heartbeat_at=now)
+
+
+def _list_queries(client: Client) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(LIST)
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_task_list_query_count_does_not_grow_with_tasks_and_runs(superuser):
+    client = client_for(superuser)
+    _seed(5)
+    few = _list_queries(client)
+    _seed_more = 45
+    now = timezone.now()
+    for i in range(_seed_more):
+        task = make_task(name=f"more-{i:03}")
+        make_run(task, status=RunStatus.LOST, started_at=now - dt.timedelta(minutes=i + 1))
+    assert Task.objects.count() == 50
+    assert _list_queries(client) == few
+
+
+def test_task_list_query_count_is_small(superuser, django_assert_max_num_queries):
+    _seed(20)
+    client = client_for(superuser)
+    client.get(LIST)  # warm the session
+    # session, user, 2 counts, page, zone filter, processes, failing, overdue, plus savepoints
+    with django_assert_max_num_queries(12):
+        client.get(LIST)
+
+
+# The task page ------------------------------------------------------------------------------
+
+
+def test_task_page_is_read_only_and_says_where_the_definition_comes_from(superuser):
+    task = make_task(name="nightly-report", kwargs={"full": True}, description="Mail it")
+    response = client_for(superuser).get(change_url(task))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "comes from settings.POSIXCRON and cannot be edited here" in html
+    assert 'name="_save"' not in html
+    assert 'name="schedule"' not in html
+    assert "<textarea" not in html
+    assert "tests.testapp.jobs.succeed" in html
+    assert "At 03:15, Monday through Friday" in html
+
+
+def test_posting_to_the_task_page_changes_nothing(superuser):
+    task = make_task(name="nightly-report", schedule="15 3 * * 1-5")
+    response = client_for(superuser).post(
+        change_url(task), {"name": "evil", "schedule": "* * * * *", "paused": "on"}
+    )
+    assert response.status_code == 403
+    task.refresh_from_db()
+    assert (task.name, task.schedule, task.paused) == ("nightly-report", "15 3 * * 1-5", False)
+
+
+def test_task_page_lists_next_five_occurrences_in_the_task_zone(superuser):
+    task = make_task(schedule="15 3 * * 1-5", timezone="Europe/Berlin")
+    response = client_for(superuser).get(change_url(task))
+    upcoming = response.context["posixcron_upcoming"]
+    assert len(upcoming) == 5
+    assert all(" 03:15 CE" in item for item in upcoming)
+
+
+def test_task_page_lists_recent_runs_newest_first_with_links(superuser):
+    task = make_task()
+    now = timezone.now()
+    runs = [
+        make_run(
+            task, scheduled_for=now - dt.timedelta(days=d), started_at=now - dt.timedelta(days=d)
+        )
+        for d in range(12)
+    ]
+    response = client_for(superuser).get(change_url(task))
+    recent = response.context["posixcron_recent_runs"]
+    assert len(recent) == 10
+    assert recent[0]["url"] == reverse("admin:django_posixcron_run_change", args=[runs[0].pk])
+    assert recent[-1]["url"] == reverse("admin:django_posixcron_run_change", args=[runs[9].pk])
+    html = response.content.decode()
+    assert recent[0]["url"] in html
+    assert f"?task={task.pk}" in html
+
+
+def test_task_page_buttons_follow_permissions(superuser, viewer, pauser, runner):
+    task = make_task()
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' in html
+    assert 'id="posixcron-run"' in html
+    assert action_url(task, "pause") in html
+    html = client_for(viewer).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' not in html
+    assert 'id="posixcron-run"' not in html
+    html = client_for(pauser).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' in html
+    assert 'id="posixcron-run"' not in html
+    html = client_for(runner).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' not in html
+    assert 'id="posixcron-run"' in html
+
+
+def test_paused_task_page_offers_resume(superuser):
+    task = make_task(paused=True)
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    assert 'id="posixcron-resume"' in html
+    assert 'id="posixcron-pause"' not in html
+    assert "do not fire until it is resumed" in html
+
+
+def test_retired_task_page_offers_no_state_buttons_but_delete(superuser):
+    task = make_task(declared=False)
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' not in html
+    assert 'id="posixcron-run"' not in html
+    assert "This task is retired" in html
+    assert reverse("admin:django_posixcron_task_delete", args=[task.pk]) in html
+
+
+def test_task_page_survives_a_schedule_the_engine_rejects(superuser):
+    task = make_task(schedule="*/5 * * * *", declared=False)
+    response = client_for(superuser).get(change_url(task))
+    assert response.status_code == 200
+    assert "Invalid schedule" in response.content.decode()
+    assert client_for(superuser).get(LIST).status_code == 200
+
+
+# Pause, resume, run now: the views ---------------------------------------------------------
+
+
+def test_pause_and_resume_views(operator):
+    task = make_task()
+    client = client_for(operator)
+    response = client.post(action_url(task, "pause"))
+    assert response.status_code == 302
+    assert response["Location"] == change_url(task)
+    task.refresh_from_db()
+    assert task.paused
+    assert LogEntry.objects.filter(object_id=str(task.pk), change_message="Paused.").exists()
+    client.post(action_url(task, "resume"))
+    task.refresh_from_db()
+    assert not task.paused
+
+
+def test_run_now_view_records_a_request_and_runs_nothing(operator, monkeypatch):
+    task = make_task(callable_path="tests.admin.test_task_admin.explode")
+    before = timezone.now()
+    response = client_for(operator).post(action_url(task, "run"), follow=True)
+    assert response.status_code == 200
+    task.refresh_from_db()
+    assert task.run_requested_at is not None
+    assert task.run_requested_at >= before
+    assert task.due_at == task.run_requested_at
+    assert not Run.objects.exists()
+    assert "a scheduler starts it at its next tick" in response.content.decode()
+
+
+def explode() -> None:  # pragma: no cover - the admin must never call it
+    raise AssertionError("task code ran in the web process")
+
+
+def test_run_now_on_a_paused_task_warns(operator):
+    task = make_task(paused=True)
+    response = client_for(operator).post(action_url(task, "run"), follow=True)
+    assert "its run starts once it is resumed" in response.content.decode()
+    task.refresh_from_db()
+    assert task.run_requested_at is not None
+
+
+def test_state_views_leave_retired_tasks_alone(operator):
+    task = make_task(declared=False)
+    client = client_for(operator)
+    client.post(action_url(task, "pause"))
+    response = client.post(action_url(task, "run"), follow=True)
+    assert "no longer in settings" in response.content.decode()
+    task.refresh_from_db()
+    assert (task.paused, task.run_requested_at) == (False, None)
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "run"])
+def test_state_views_refuse_get(operator, action):
+    task = make_task()
+    response = client_for(operator).get(action_url(task, action))
+    assert response.status_code == 405
+    task.refresh_from_db()
+    assert (task.paused, task.run_requested_at) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("user_fixture", "action"),
+    [
+        ("viewer", "pause"),
+        ("viewer", "resume"),
+        ("viewer", "run"),
+        ("runner", "pause"),
+        ("runner", "resume"),
+        ("pauser", "run"),
+        ("bare_staff", "pause"),
+        ("bare_staff", "run"),
+    ],
+)
+def test_state_views_refuse_users_without_the_permission(request, user_fixture, action):
+    task = make_task(paused=action == "resume")
+    user = request.getfixturevalue(user_fixture)
+    response = client_for(user).post(action_url(task, action))
+    assert response.status_code == 403
+    task.refresh_from_db()
+    assert task.paused == (action == "resume")
+    assert task.run_requested_at is None
+
+
+@pytest.mark.parametrize("action", ["pause", "run"])
+def test_state_views_send_anonymous_users_to_log_in(action):
+    task = make_task()
+    response = client_for(None).post(action_url(task, action))
+    assert response.status_code == 302
+    assert reverse("admin:login") in response["Location"]
+    task.refresh_from_db()
+    assert (task.paused, task.run_requested_at) == (False, None)
+
+
+def test_state_views_require_csrf(operator):
+    task = make_task()
+    client = client_for(operator, enforce_csrf_checks=True)
+    assert client.post(action_url(task, "pause")).status_code == 403
+    assert client.post(action_url(task, "run")).status_code == 403
+    task.refresh_from_db()
+    assert (task.paused, task.run_requested_at) == (False, None)
+    # With the token from the page, the same post works.
+    client.get(change_url(task))
+    token = client.cookies["csrftoken"].value
+    response = client.post(action_url(task, "pause"), {"csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.paused
+
+
+def test_state_view_on_a_missing_task_is_404(operator):
+    response = client_for(operator).post(
+        reverse("admin:django_posixcron_task_pause", args=[987654])
+    )
+    assert response.status_code == 404
+
+
+# Pause, resume, run now: the list actions -----------------------------------------------------
+
+
+def _act(client: Client, action: str, *tasks: Task) -> Any:
+    return client.post(
+        LIST,
+        {"action": action, "_selected_action": [t.pk for t in tasks]},
+        follow=True,
+    )
+
+
+def _actions(client: Client) -> set[str]:
+    form = client.get(LIST).context["action_form"]
+    return set() if form is None else {name for name, _label in form.fields["action"].choices}
+
+
+def test_actions_offered_follow_permissions(superuser, viewer, pauser, runner, deleter):
+    assert {"pause_selected", "resume_selected", "run_selected", "delete_selected"} <= _actions(
+        client_for(superuser)
+    )
+    assert _actions(client_for(viewer)) == set()
+    assert _actions(client_for(pauser)) == {"", "pause_selected", "resume_selected"}
+    assert _actions(client_for(runner)) == {"", "run_selected"}
+    assert _actions(client_for(deleter)) == {"", "delete_selected"}
+
+
+def test_pause_and_resume_actions(operator):
+    a, b = make_task(), make_task()
+    retired = make_task(declared=False)
+    client = client_for(operator)
+    response = _act(client, "pause_selected", a, b, retired)
+    assert "Paused 2 tasks." in response.content.decode()
+    assert "Left 1 retired task alone" in response.content.decode()
+    assert set(Task.objects.filter(paused=True).values_list("pk", flat=True)) == {a.pk, b.pk}
+    _act(client, "resume_selected", a)
+    assert set(Task.objects.filter(paused=True).values_list("pk", flat=True)) == {b.pk}
+
+
+def test_run_now_action_records_requests_only(operator):
+    a, b = make_task(), make_task()
+    response = _act(client_for(operator), "run_selected", a, b)
+    assert "Requested a run of 2 tasks" in response.content.decode()
+    assert Task.objects.filter(run_requested_at__isnull=False).count() == 2
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("user_fixture", "action"),
+    [
+        ("viewer", "pause_selected"),
+        ("viewer", "run_selected"),
+        ("runner", "pause_selected"),
+        ("runner", "resume_selected"),
+        ("pauser", "run_selected"),
+        ("viewer", "delete_selected"),
+    ],
+)
+def test_actions_refused_without_permission(request, user_fixture, action):
+    task = make_task(paused=action == "resume_selected", declared=action != "delete_selected")
+    user = request.getfixturevalue(user_fixture)
+    response = _act(client_for(user), action, task)
+    assert response.status_code == 200
+    task.refresh_from_db()
+    assert task.paused == (action == "resume_selected")
+    assert task.run_requested_at is None
+
+
+def test_actions_require_post(operator):
+    task = make_task()
+    client_for(operator).get(LIST, {"action": "pause_selected", "_selected_action": str(task.pk)})
+    task.refresh_from_db()
+    assert not task.paused
+
+
+# Deleting ----------------------------------------------------------------------------------
+
+
+def test_retired_task_deleted_with_its_history(deleter):
+    task = make_task(declared=False)
+    make_run(task)
+    make_run(task, trigger=Trigger.MANUAL)
+    client = client_for(deleter)
+    url = reverse("admin:django_posixcron_task_delete", args=[task.pk])
+    confirm = client.get(url)
+    assert confirm.status_code == 200
+    assert "2 runs of history" in confirm.content.decode()
+    response = client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not Task.objects.exists()
+    assert not Run.objects.exists()
+
+
+def test_declared_task_cannot_be_deleted(superuser):
+    task = make_task()
+    client = client_for(superuser)
+    url = reverse("admin:django_posixcron_task_delete", args=[task.pk])
+    assert client.post(url, {"post": "yes"}).status_code == 403
+    response = _act(client, "delete_selected", task)
+    assert "declared in settings" in response.content.decode()
+    client.post(LIST, {"action": "delete_selected", "_selected_action": [task.pk], "post": "yes"})
+    assert Task.objects.filter(pk=task.pk).exists()
+
+
+def test_bulk_delete_of_retired_tasks(deleter):
+    tasks = [make_task(declared=False) for _ in range(3)]
+    make_run(tasks[0])
+    client = client_for(deleter)
+    client.post(
+        LIST,
+        {"action": "delete_selected", "_selected_action": [t.pk for t in tasks], "post": "yes"},
+    )
+    assert not Task.objects.exists()
+    assert not Run.objects.exists()
+
+
+def test_deleting_a_task_with_history_needs_the_run_delete_permission(db):
+    from tests.admin.conftest import _staff
+
+    user = _staff("half", "view_task", "delete_task")
+    task = make_task(declared=False)
+    make_run(task)
+    url = reverse("admin:django_posixcron_task_delete", args=[task.pk])
+    assert client_for(user).post(url, {"post": "yes"}).status_code == 403
+    assert Task.objects.filter(pk=task.pk).exists()
+
+
+def test_viewer_cannot_delete_retired_task(viewer):
+    task = make_task(declared=False)
+    url = reverse("admin:django_posixcron_task_delete", args=[task.pk])
+    assert client_for(viewer).post(url, {"post": "yes"}).status_code == 403
+    assert Task.objects.filter(pk=task.pk).exists()
+
+
+# Who may look -------------------------------------------------------------------------------
+
+
+def test_no_add_page(superuser):
+    assert client_for(superuser).get(reverse("admin:django_posixcron_task_add")).status_code == 403
+    html = client_for(superuser).get(LIST).content.decode()
+    assert reverse("admin:django_posixcron_task_add") not in html
+
+
+def test_anonymous_is_sent_to_log_in():
+    task = make_task()
+    for url in (LIST, change_url(task)):
+        response = client_for(None).get(url)
+        assert response.status_code == 302
+        assert reverse("admin:login") in response["Location"]
+
+
+def test_staff_without_view_permission_is_refused(bare_staff):
+    task = make_task()
+    assert client_for(bare_staff).get(LIST).status_code == 403
+    assert client_for(bare_staff).get(change_url(task)).status_code == 403
+
+
+def test_viewer_sees_list_and_page(viewer):
+    task = make_task()
+    assert client_for(viewer).get(LIST).status_code == 200
+    assert client_for(viewer).get(change_url(task)).status_code == 200
+
+
+def test_recent_runs_hidden_from_users_who_cannot_view_runs(db):
+    from tests.admin.conftest import _staff
+
+    user = _staff("tasks-only", "view_task")
+    task = make_task()
+    make_run(task)
+    html = client_for(user).get(change_url(task)).content.decode()
+    assert "posixcron-recent-runs" not in html
+
+
+# Escaping -----------------------------------------------------------------------------------
+
+EVIL = '<script>alert("x")</script>'
+
+
+def test_user_supplied_text_is_escaped_on_list_and_page(superuser):
+    task = make_task(
+        name="evil-name",
+        description=EVIL,
+        callable_path=f"x.{EVIL}",
+        kwargs={"html": EVIL},
+    )
+    make_run(task, status=RunStatus.FAILED, error=EVIL)
+    for url in (LIST, change_url(task)):
+        html = client_for(superuser).get(url).content.decode()
+        assert EVIL not in html
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    assert "&lt;script&gt;alert(" in html

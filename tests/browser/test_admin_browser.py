@@ -1,0 +1,109 @@
+"""Operate the admin in a real browser: list, pause, run now, read a traceback."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from tests.admin.conftest import make_run, make_task
+
+pytestmark = pytest.mark.browser
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/reports/jobs.py", line 41, in nightly
+    send(report, to=recipients)
+  File "/srv/app/reports/mail.py", line 17, in send
+    raise ConnectionRefusedError("<smtp.internal:25> refused the connection")
+ConnectionRefusedError: <smtp.internal:25> refused the connection"""
+
+
+def _seed() -> tuple[Task, Run]:
+    now = timezone.now()
+    SchedulerProcess.objects.create(hostname="sched-a", pid=4242, last_heartbeat_at=now)
+    report = make_task(
+        name="nightly-report",
+        schedule="15 3 * * 1-5",
+        timezone="Europe/Berlin",
+        description="Mail the nightly report",
+        callable_path="reports.jobs.nightly",
+    )
+    failed = make_run(
+        report,
+        status=RunStatus.FAILED,
+        duration=dt.timedelta(seconds=3, milliseconds=120),
+        error="ConnectionRefusedError: <smtp.internal:25> refused the connection",
+        traceback=TRACEBACK,
+    )
+    Task.objects.filter(pk=report.pk).update(retry_at=now + dt.timedelta(minutes=4, seconds=30))
+    cleanup = make_task(
+        name="cleanup-sessions",
+        schedule="0 * * * *",
+        timezone="UTC",
+        callable_path="django.contrib.sessions.cleanup",
+    )
+    make_run(cleanup, duration=dt.timedelta(milliseconds=250))
+    make_task(name="quarter-hourly", schedule="0,15,30,45 * * * *", timezone="America/New_York")
+    make_task(name="old-export", schedule="0 2 1 * *", declared=False, timezone="UTC")
+    return report, failed
+
+
+def test_list_pause_and_run_now(page: Any, artifacts: Path) -> None:
+    from playwright.sync_api import expect
+
+    report, _failed = _seed()
+    page.goto("/admin/django_posixcron/task/")
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    expect(row).to_contain_text("At 03:15, Monday through Friday")
+    expect(row).to_contain_text("failed")
+    expect(page.locator("#posixcron-status")).to_contain_text("sched-a:4242")
+    expect(page.locator("#posixcron-failing")).to_contain_text("1 failing task")
+    page.screenshot(path=str(artifacts / "task-list.png"), full_page=True)
+
+    # Pause from the task page's button.
+    row.locator("th a").click()
+    expect(page.locator("#posixcron-read-only")).to_contain_text("comes from settings")
+    expect(page.locator("#posixcron-upcoming li")).to_have_count(5)
+    page.click("#posixcron-pause")
+    expect(page.locator("ul.messagelist")).to_contain_text("Paused nightly-report.")
+    expect(page.locator("#posixcron-resume")).to_be_visible()
+    report.refresh_from_db()
+    assert report.paused
+    page.screenshot(path=str(artifacts / "task-page-paused.png"), full_page=True)
+
+    # Run now from the list's action, on another task.
+    page.goto("/admin/django_posixcron/task/")
+    row = page.locator("#result_list tbody tr", has_text="cleanup-sessions")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "run_selected")
+    page.click("button[name=index]")
+    expect(page.locator("ul.messagelist")).to_contain_text("Requested a run of 1 task")
+    row = page.locator("#result_list tbody tr", has_text="cleanup-sessions")
+    expect(row).to_contain_text("run requested")
+    paused_row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    expect(paused_row).to_contain_text("paused")
+    cleanup = Task.objects.get(name="cleanup-sessions")
+    assert cleanup.run_requested_at is not None
+    assert cleanup.due_at == cleanup.run_requested_at
+    # A request only: the web process ran nothing.
+    assert not Run.objects.filter(trigger=Trigger.MANUAL).exists()
+
+
+def test_failed_run_shows_its_traceback(page: Any, artifacts: Path) -> None:
+    from playwright.sync_api import expect
+
+    _report, failed = _seed()
+    page.goto("/admin/django_posixcron/run/?status__exact=failed")
+    page.locator("#result_list tbody tr", has_text="nightly-report").locator("th a").click()
+    traceback = page.locator("pre.posixcron-traceback")
+    expect(traceback).to_contain_text("Traceback (most recent call last):")
+    expect(traceback).to_contain_text(
+        "ConnectionRefusedError: <smtp.internal:25> refused the connection"
+    )
+    expect(page.locator("pre.posixcron-error")).to_contain_text("<smtp.internal:25>")
+    assert f"/admin/django_posixcron/run/{failed.pk}/change/" in page.url
+    page.screenshot(path=str(artifacts / "failed-run.png"), full_page=True)
