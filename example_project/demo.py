@@ -1,0 +1,182 @@
+"""Start the example project in one terminal: the admin web server and the scheduler.
+
+    python example_project/demo.py [--port 8000] [--schedulers 1]
+
+Migrates the database (SQLite file example_project/db.sqlite3 unless DATABASE_URL says
+otherwise), creates the demo admin login admin / admin (development only), then starts
+``runserver`` and ``runscheduler`` as child processes and prints their output line by line,
+prefixed with [web] and [scheduler]. Ctrl-C stops both cleanly and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+HERE = Path(__file__).resolve().parent
+MANAGE = [sys.executable, str(HERE / "manage.py")]
+
+# The scheduler's grace period on shutdown: the demo tasks take milliseconds, so a short one
+# keeps Ctrl-C snappy; the wait below allows for it plus the web server's own shutdown.
+SCHEDULER_GRACE = 10.0
+STOP_TIMEOUT = SCHEDULER_GRACE + 10.0
+READY_TIMEOUT = 60.0
+
+_print_lock = threading.Lock()
+
+
+def say(prefix: str, line: str) -> None:
+    """Print one line with its prefix; whole lines only, so output from the children interleaves."""
+    with _print_lock:
+        sys.stdout.write(f"[{prefix}] {line.rstrip()}\n")
+        sys.stdout.flush()
+
+
+def pump(prefix: str, stream: IO[str]) -> None:
+    for line in stream:
+        say(prefix, line)
+
+
+class Child:
+    """A manage.py command running in its own session, its output pumped with a prefix."""
+
+    def __init__(self, prefix: str, args: list[str], env: dict[str, str]) -> None:
+        self.prefix = prefix
+        # Its own session: a Ctrl-C in the terminal reaches only this script, which forwards
+        # exactly one SIGINT. Were the children in the terminal's process group they would get
+        # the terminal's SIGINT and then ours, and a second signal stops the scheduler at once.
+        self.process = subprocess.Popen(
+            [*MANAGE, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=env,
+            start_new_session=True,
+        )
+        assert self.process.stdout is not None
+        self.reader = threading.Thread(target=pump, args=(prefix, self.process.stdout), daemon=True)
+        self.reader.start()
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+
+
+def run_step(prefix: str, args: list[str], env: dict[str, str]) -> None:
+    """Run a setup command to completion, its output prefixed; exit if it fails."""
+    child = Child(prefix, args, env)
+    code = child.process.wait()
+    child.reader.join(timeout=5)
+    if code != 0:
+        say("demo", f"'manage.py {' '.join(args)}' failed with exit code {code}; stopping.")
+        sys.exit(code)
+
+
+def wait_until_answering(url: str, children: list[Child], stop: threading.Event) -> bool:
+    """Return True once url answers at all (any HTTP status), False if stopped or a child died."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline and not stop.is_set():
+        if any(child.process.poll() is not None for child in children):
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            stop.wait(0.2)
+    return False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")))
+    parser.add_argument(
+        "--schedulers",
+        type=int,
+        default=1,
+        help="runscheduler processes to start side by side (use PostgreSQL for more than one)",
+    )
+    args = parser.parse_args()
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if not env.get("SECRET_KEY"):
+        say("demo", "WARNING: development only: SECRET_KEY is not set, the demo key is used.")
+        # Said once here rather than by every child process that loads the settings.
+        env["EXAMPLE_PROJECT_DEV_KEY_WARNED"] = "1"
+    database = env.get("DATABASE_URL") or f"sqlite:///{HERE / 'db.sqlite3'}"
+    say("demo", f"database: {database}")
+
+    run_step("setup", ["migrate", "--no-input"], env)
+    run_step("setup", ["demoadmin"], env)
+
+    stop = threading.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+
+    address = f"127.0.0.1:{args.port}"
+    children = [Child("web", ["runserver", "--noreload", address], env)]
+    for number in range(1, args.schedulers + 1):
+        prefix = "scheduler" if args.schedulers == 1 else f"scheduler-{number}"
+        children.append(Child(prefix, ["runscheduler", "--grace", f"{SCHEDULER_GRACE:g}"], env))
+
+    admin_url = f"http://{address}/admin/"
+    if wait_until_answering(admin_url + "login/", children, stop):
+        say("demo", "")
+        say("demo", f"The admin is at {admin_url}  (login admin / admin, development only)")
+        say("demo", "Watch 'Scheduled tasks' fill up: runs every minute, 'flaky' fails on odd")
+        say("demo", "minutes and its retry succeeds 20 seconds later. Ctrl-C stops everything.")
+        say("demo", "")
+
+    crashed: Child | None = None
+    while not stop.is_set():
+        crashed = next((c for c in children if c.process.poll() is not None), None)
+        if crashed is not None:
+            say("demo", f"{crashed.prefix} exited with code {crashed.process.returncode}.")
+            break
+        stop.wait(0.5)
+
+    say("demo", "stopping (Ctrl-C again to kill at once)...")
+    seen = signals_seen
+    for child in children:
+        child.signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    killed = False
+    for child in children:
+        while child.process.poll() is None:
+            if time.monotonic() > deadline or signals_seen > seen:
+                for other in children:
+                    other.signal(signal.SIGKILL)
+                killed = True
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=0.2)
+    for child in children:
+        child.reader.join(timeout=5)
+        say("demo", f"{child.prefix} stopped (exit code {child.process.returncode}).")
+    if crashed is not None or killed:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

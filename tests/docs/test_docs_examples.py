@@ -1,0 +1,174 @@
+"""Every example in the documentation and the README is checked here."""
+
+from __future__ import annotations
+
+import doctest
+import re
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.core import checks
+
+from django_posixcron.declarations import collect
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+
+def code_blocks(path: Path, language: str) -> list[str]:
+    """Return the bodies of the ``.. code-block:: <language>`` directives in an rst file."""
+    blocks = []
+    lines = path.read_text().splitlines()
+    for index, line in enumerate(lines):
+        if line.strip() != f".. code-block:: {language}":
+            continue
+        body = []
+        for following in lines[index + 1 :]:
+            if following.strip() and not following.startswith((" ", "\t")):
+                break
+            body.append(following)
+        blocks.append(textwrap.dedent("\n".join(body)).strip("\n"))
+    return blocks
+
+
+def quickstart_namespace() -> dict[str, object]:
+    """Execute the quickstart's Python blocks, in order, in one settings-like namespace."""
+    namespace: dict[str, object] = {}
+    for block in code_blocks(DOCS / "quickstart.rst", "python"):
+        if "def " in block:
+            continue  # the task module, executed by quickstart_task_module
+        exec(compile(block, "quickstart.rst", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture
+def quickstart_task_module() -> Iterator[types.ModuleType]:
+    """Make the quickstart's task module importable as the dotted path its settings name."""
+    (source,) = [b for b in code_blocks(DOCS / "quickstart.rst", "python") if "def " in b]
+    package = types.ModuleType("reports")
+    package.__path__ = []
+    module = types.ModuleType("reports.jobs")
+    exec(compile(source, "quickstart.rst", "exec"), module.__dict__)
+    package.jobs = module  # type: ignore[attr-defined]
+    saved = {name: sys.modules.get(name) for name in ("reports", "reports.jobs")}
+    sys.modules.update({"reports": package, "reports.jobs": module})
+    yield module
+    for name, previous in saved.items():
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+
+
+def test_quickstart_installs_the_app_with_time_zone_support():
+    namespace = quickstart_namespace()
+    assert "django_posixcron" in namespace["INSTALLED_APPS"]  # type: ignore[operator]
+    assert namespace["USE_TZ"] is True
+
+
+def test_quickstart_declaration_is_valid(quickstart_task_module):
+    namespace = quickstart_namespace()
+    declarations, problems = collect(namespace["POSIXCRON"])
+    assert problems == []
+    assert list(declarations) == ["daily-digest"]
+    assert declarations["daily-digest"].resolve() is quickstart_task_module.send_digest
+
+
+def test_quickstart_declaration_passes_the_system_checks(quickstart_task_module, settings):
+    namespace = quickstart_namespace()
+    settings.POSIXCRON = namespace["POSIXCRON"]
+    settings.TIME_ZONE = namespace["TIME_ZONE"]
+    errors = [m for m in checks.run_checks() if m.id and m.id.startswith("posixcron.")]
+    assert errors == []
+
+
+def test_quickstart_task_runs_with_its_declared_kwargs(quickstart_task_module, caplog):
+    namespace = quickstart_namespace()
+    declarations, _ = collect(namespace["POSIXCRON"])
+    declaration = declarations["daily-digest"]
+    caplog.set_level("INFO", logger="reports.jobs")
+    declaration.resolve()(**declaration.kwargs)
+    assert "sending the digest (full=True)" in caplog.text
+
+
+def rst_files_with_doctests() -> list[Path]:
+    return sorted(p for p in DOCS.glob("*.rst") if ">>> " in p.read_text())
+
+
+@pytest.mark.parametrize("path", rst_files_with_doctests(), ids=lambda p: p.name)
+def test_doctests_in_the_docs_pass(path):
+    result = doctest.testfile(
+        str(path),
+        module_relative=False,
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        verbose=False,
+        report=True,
+    )
+    assert result.failed == 0, f"{result.failed} doctest example(s) failed in {path.name}"
+
+
+def test_api_page_has_doctests():
+    assert DOCS / "api.rst" in rst_files_with_doctests()
+
+
+def test_every_page_is_in_the_toctree_and_exists():
+    index = (DOCS / "index.rst").read_text()
+    toctree = index.split(".. toctree::", 1)[1]
+    entries = re.findall(r"^   ([a-z_]+)$", toctree, flags=re.MULTILINE)
+    assert entries == [
+        "quickstart",
+        "settings",
+        "semantics",
+        "running",
+        "admin",
+        "operations",
+        "comparison",
+        "benchmarks",
+        "api",
+        "changelog",
+    ]
+    pages = {p.stem for p in DOCS.glob("*.rst")} - {"index"}
+    assert pages == set(entries)
+
+
+def test_readme_quick_start_is_exactly_make_demo_and_make_test():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    fenced = re.findall(r"```(?:console|sh|bash)?\n(.*?)```", section, flags=re.DOTALL)
+    commands = [line for block in fenced for line in block.splitlines() if line.strip()]
+    assert commands == ["make demo", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, flags=re.MULTILINE)
+    assert re.search(r"^test:", makefile, flags=re.MULTILINE)
+
+
+def test_changelog_has_an_unreleased_section():
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog
+    assert (DOCS / "changelog.rst").read_text().count("../CHANGELOG.md") == 1
+
+
+def test_readme_settings_example_is_valid():
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    namespace: dict[str, object] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    package = types.ModuleType("reports")
+    package.__path__ = []
+    module = types.ModuleType("reports.jobs")
+    module.nightly = lambda: None  # type: ignore[attr-defined]
+    saved = {name: sys.modules.get(name) for name in ("reports", "reports.jobs")}
+    sys.modules.update({"reports": package, "reports.jobs": module})
+    try:
+        declarations, problems = collect(namespace["POSIXCRON"])
+    finally:
+        for name, previous in saved.items():
+            if previous is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = previous
+    assert problems == []
+    assert declarations["nightly-report"].timezone == "Europe/Berlin"
