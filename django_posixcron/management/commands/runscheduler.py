@@ -144,8 +144,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django_posixcron.reconcile import reconcile
 
-        # Refuse to start on any error (a SystemCheckError exits non-zero).
-        self.check(display_num_errors=False)
+        # Refuse to start on any error (a SystemCheckError exits non-zero). Without the
+        # database: Django 6.1 otherwise asks every connection for its features here (a query
+        # on SQLite and MySQL), and a database that is down must be waited for below, not end
+        # the process with a traceback. What the scheduler needs of the database is checked
+        # by check_database_support() once it answers.
+        self.check(display_num_errors=False, databases=[])
 
         if options["check"]:
             try:
