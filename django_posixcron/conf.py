@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -13,6 +14,14 @@ from django.dispatch import receiver
 DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_CONCURRENCY = 4
 DEFAULT_HISTORY_DAYS = 30
+# Under 10 ms the loop would query the database continuously for no gain (a run starts at its
+# due time anyway, not at the next poll). Past a day, a pause or a run-now made in the admin
+# waits longer than anyone expects to be seen; and the sleep (threading's TIMEOUT_MAX) and the
+# status and admin date arithmetic (now - a few polls) overflow long before 1e12 seconds.
+MIN_POLL_INTERVAL = 0.01
+MAX_POLL_INTERVAL = 86400.0
+# A century of history: `now - timedelta(days=HISTORY_DAYS)` stays far from datetime.min.
+MAX_HISTORY_DAYS = 36500
 TOP_LEVEL_KEYS = ("TASKS", "POLL_INTERVAL", "CONCURRENCY", "HISTORY_DAYS")
 
 
@@ -35,7 +44,9 @@ class PosixCronSettings:
 def get_settings() -> PosixCronSettings:
     """Return ``settings.POSIXCRON`` with defaults, read on first use and cached."""
     raw = getattr(settings, "POSIXCRON", {})
-    source = raw if isinstance(raw, dict) else {}
+    # Any Mapping, as the checks accept (declarations.py): a MappingProxyType or a custom
+    # settings object must not silently fall back to the defaults here.
+    source = raw if isinstance(raw, Mapping) else {}
     return PosixCronSettings(
         raw=raw,
         tasks=source.get("TASKS", {}),
@@ -43,6 +54,22 @@ def get_settings() -> PosixCronSettings:
         concurrency=source.get("CONCURRENCY", DEFAULT_CONCURRENCY),
         history_days=source.get("HISTORY_DAYS", DEFAULT_HISTORY_DAYS),
     )
+
+
+def poll_interval_or_default() -> float:
+    """Return POLL_INTERVAL, or its default where it is unusable.
+
+    For the code that runs without the system checks (the status command, the admin): broken
+    settings must not turn a health probe or an admin page into a traceback.
+    """
+    value = get_settings().poll_interval
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and MIN_POLL_INTERVAL <= value <= MAX_POLL_INTERVAL
+    ):
+        return float(value)
+    return DEFAULT_POLL_INTERVAL
 
 
 @receiver(setting_changed)

@@ -13,23 +13,39 @@ import difflib
 import hashlib
 import inspect
 import json
-import math
 import re
+import reprlib
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
+from asgiref.sync import AsyncToSync
+from asgiref.sync import iscoroutinefunction as is_async_function
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import translation
+from django.utils.functional import Promise
 from django.utils.module_loading import import_string
 
-from django_posixcron.conf import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, TOP_LEVEL_KEYS
+from django_posixcron.conf import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_HISTORY_DAYS,
+    DEFAULT_POLL_INTERVAL,
+    MAX_HISTORY_DAYS,
+    MAX_POLL_INTERVAL,
+    MIN_POLL_INTERVAL,
+    TOP_LEVEL_KEYS,
+)
 from django_posixcron.cron import CronExpression, CronSyntaxError
 
 # A missing retry_delay still retries: five minutes is long enough for a flapping dependency
 # to recover and short enough that a daily job is not silently skipped for a day.
 DEFAULT_RETRY_DELAY = dt.timedelta(seconds=300)
+# The scheduler adds a delay to datetimes (started_at + timeout, finished_at + retry_delay) and
+# the database stores it as an interval: 1e12 seconds overflows both. A year is longer than any
+# sensible retry or run; a task that should wait longer is better paused.
+MAX_DELAY = dt.timedelta(days=366)
 DEFAULT_OVERLAP = "skip"
 OVERLAP_CHOICES = ("skip", "allow")
 NAME_MAX_LENGTH = 100  # Task.name max_length
@@ -134,15 +150,38 @@ def _microseconds(delta: dt.timedelta) -> int:
 
 
 def _key(path: str, key: object) -> str:
-    return f"{path}[{key!r}]"
+    return f"{path}[{_repr(key)}]"
+
+
+def _repr(value: object) -> str:
+    """Return repr(value), or a shortened stand-in when the full one cannot be built."""
+    try:
+        return repr(value)
+    except Exception:
+        # A ValueError for an int past sys.get_int_max_str_digits(), a RecursionError for
+        # absurdly nested containers: the check must report the mistake, not crash on it.
+        if isinstance(value, int):
+            return f"<int of {value.bit_length()} bits>"
+        try:
+            return reprlib.repr(value)
+        except Exception:
+            return f"<{type(value).__name__} that cannot be shown>"
+
+
+def _closest(word: str, choices: Iterable[str]) -> str | None:
+    """Return the choice that `word` most likely misspells, if any."""
+    # Case first: difflib scores 'tasks' against 'TASKS' as entirely different strings.
+    folded = {choice.casefold(): choice for choice in sorted(choices)}
+    same = folded.get(word.casefold())
+    if same is not None:
+        return same
+    close = difflib.get_close_matches(word.casefold(), folded, n=1, cutoff=0.6)
+    return folded[close[0]] if close else None
 
 
 def _did_you_mean(key: object, allowed: tuple[str, ...]) -> str:
-    if isinstance(key, str):
-        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-        if close:
-            return f"Did you mean {close[0]!r}? "
-    return ""
+    close = _closest(key, allowed) if isinstance(key, str) else None
+    return f"Did you mean {close!r}? " if close else ""
 
 
 def _is_number(value: object) -> bool:
@@ -151,20 +190,25 @@ def _is_number(value: object) -> bool:
 
 
 def _duration(value: object) -> dt.timedelta | None:
-    """Return value as a positive timedelta, or None when it is not one."""
+    """Return value as a timedelta in (0, MAX_DELAY], or None when it is not one."""
     if isinstance(value, dt.timedelta):
-        delta = value
-    elif _is_number(value):
-        assert isinstance(value, int | float)
-        if not math.isfinite(value):
-            return None
-        try:
-            delta = dt.timedelta(seconds=value)
-        except OverflowError:
-            return None
-    else:
+        return value if dt.timedelta(0) < value <= MAX_DELAY else None
+    if not _is_number(value):
         return None
-    return delta if delta > dt.timedelta(0) else None
+    assert isinstance(value, int | float)
+    # Compared as numbers before any conversion: timedelta(seconds=1e20) and float(10**400)
+    # raise OverflowError. NaN fails `> 0`.
+    if not 0 < value <= MAX_DELAY.total_seconds():
+        return None
+    delta = dt.timedelta(seconds=value)
+    return delta if delta > dt.timedelta(0) else None  # 1e-7 s rounds to zero
+
+
+def _too_large(value: object, limit: float) -> bool:
+    """Return whether value is a number (or timedelta) above `limit` seconds, inf included."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds() > limit
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
 
 
 class _Collector:
@@ -227,36 +271,61 @@ class _Collector:
         poll: float | None = DEFAULT_POLL_INTERVAL
         if "POLL_INTERVAL" in raw:
             value = raw["POLL_INTERVAL"]
-            if _is_number(value) and math.isfinite(value) and value > 0:
-                poll = float(value)
+            path = _key(ROOT, "POLL_INTERVAL")
+            # Compared as numbers, never converted first: float(10**400) and
+            # math.isfinite(10**400) raise OverflowError. NaN fails `> 0`.
+            if not (_is_number(value) and value > 0):
+                msg = (
+                    f"{path} is misconfigured. Expected a positive number of seconds but got "
+                    f"{_repr(value)}."
+                )
+            elif value > MAX_POLL_INTERVAL:
+                msg = (
+                    f"{path} is too large: expected at most {MAX_POLL_INTERVAL:g} seconds (one "
+                    f"day) but got {_repr(value)}."
+                )
+            elif value < MIN_POLL_INTERVAL:
+                msg = (
+                    f"{path} is too small: expected at least {MIN_POLL_INTERVAL:g} seconds (the "
+                    f"scheduler would poll the database continuously) but got {_repr(value)}."
+                )
             else:
+                msg = ""
+                poll = float(value)
+            if msg:
                 poll = None
-                path = _key(ROOT, "POLL_INTERVAL")
                 self.add(
                     E_POLL_INTERVAL,
                     path,
                     value,
-                    f"{path} is misconfigured. Expected a positive number of seconds but got "
-                    f"{value!r}.",
+                    msg,
                     f"Use e.g. {DEFAULT_POLL_INTERVAL:g} (the default): the longest a change "
                     "made elsewhere waits to be seen.",
                 )
-        for key, default, what in (
-            ("CONCURRENCY", DEFAULT_CONCURRENCY, "runs executing at once in one process"),
-            ("HISTORY_DAYS", 30, "days of run history kept"),
+        for key, default, most, what in (
+            ("CONCURRENCY", DEFAULT_CONCURRENCY, None, "runs executing at once in one process"),
+            ("HISTORY_DAYS", DEFAULT_HISTORY_DAYS, MAX_HISTORY_DAYS, "days of run history kept"),
         ):
             if key not in raw:
                 continue
             value = raw[key]
+            path = _key(ROOT, key)
             if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-                path = _key(ROOT, key)
-                self.add(
-                    E_CONCURRENCY if key == "CONCURRENCY" else E_HISTORY_DAYS,
-                    path,
-                    value,
-                    f"{path} is misconfigured. Expected a positive int but got {value!r}.",
-                    f"Use e.g. {default} (the default): the number of {what}.",
+                msg = f"{path} is misconfigured. Expected a positive int but got {_repr(value)}."
+            elif most is not None and value > most:
+                msg = (
+                    f"{path} is too large: expected at most {most} ({most // 365} years) but got "
+                    f"{_repr(value)}."
                 )
+            else:
+                continue
+            self.add(
+                E_CONCURRENCY if key == "CONCURRENCY" else E_HISTORY_DAYS,
+                path,
+                value,
+                msg,
+                f"Use e.g. {default} (the default): the number of {what}.",
+            )
         return poll
 
     def task(
@@ -326,6 +395,12 @@ class _Collector:
                 "'allow' starts another one.",
             )
         description = definition.get("description", "")
+        if isinstance(description, Promise):
+            # gettext_lazy(...): stored as text in settings.LANGUAGE_CODE, whatever language is
+            # active when the checks run (a request, a command), so that every process computes
+            # the same definition and hash; untranslated, it hashes as the plain str.
+            with translation.override(settings.LANGUAGE_CODE):
+                description = str(description)
         if isinstance(description, str) and "\x00" in description:
             ok = False
             self.add(
@@ -343,7 +418,7 @@ class _Collector:
                 _key(path, "description"),
                 description,
                 f"{_key(path, 'description')} is misconfigured. Expected a str but got "
-                f"{description!r}.",
+                f"{type(description).__name__} {_repr(description)}.",
                 "Describe the task in a sentence, or leave the key out.",
             )
         if (
@@ -406,8 +481,8 @@ class _Collector:
                 value,
                 f"{path} = {value!r} can fire every {_human(expression.min_interval)}, more often "
                 f"than {ROOT}['POLL_INTERVAL'] ({poll_interval:g} s).",
-                "Lower POLL_INTERVAL below the schedule's shortest interval, or schedule the "
-                "task less often.",
+                "Lower POLL_INTERVAL to at most the schedule's shortest interval, or schedule "
+                "the task less often.",
             )
             return None
         return str(expression)
@@ -420,18 +495,35 @@ class _Collector:
                 E_KWARGS_TYPE,
                 path,
                 value,
-                f"{path} is misconfigured. Expected a dict with str keys but got {value!r}.",
+                f"{path} is misconfigured. Expected a dict with str keys but got {_repr(value)}.",
                 "The keyword arguments are passed as callable(**kwargs).",
             )
             return None
         try:
-            text = json.dumps(dict(value), allow_nan=False, sort_keys=True)
+            # Walked before json.dumps, which turns int, float, bool and None keys into str
+            # without a word (the task would get {'1': ...} for {1: ...}) and, with sort_keys,
+            # fails on mixed keys with an unhelpful "'<' not supported".
+            bad_key = _non_str_key(value, path, set())
+            text = "" if bad_key else json.dumps(dict(value), allow_nan=False, sort_keys=True)
+        except RecursionError:
+            msg = f"{path} is nested too deeply to be stored. Got {_repr(value)}."
         except (TypeError, ValueError) as error:
+            msg = f"{path} is not JSON-serialisable: {error}. Got {_repr(value)}."
+        else:
+            msg = ""
+            if bad_key:
+                key_path, key = bad_key
+                msg = (
+                    f"{path} is not JSON-serialisable as declared: the key at {key_path} is "
+                    f"{type(key).__name__} {_repr(key)}, not a str (JSON would turn it into a str "
+                    f"or refuse it). Got {_repr(value)}."
+                )
+        if msg:
             self.add(
                 E_KWARGS_JSON,
                 path,
                 value,
-                f"{path} is not JSON-serialisable: {error}. Got {value!r}.",
+                msg,
                 "Use only str, int, float (finite), bool, None, lists and dicts with str keys: "
                 "the arguments are stored in the database.",
             )
@@ -491,15 +583,26 @@ class _Collector:
                 "Point it at a function or another callable.",
             )
             return None
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        async_kind = _async_kind(func)
+        if async_kind is not None:
             # Calling it only creates a coroutine: the run would "succeed" without running.
+            # (executors.py refuses such a result too, for what no check can see.)
+            what, wrapped = async_kind
+            hint = (
+                "Declare a plain function; it may call asgiref.sync.async_to_sync(your_coroutine)"
+                "(**kwargs)."
+            )
+            if wrapped:
+                hint += (
+                    " If the wrapper does run the coroutine to completion, declare a plain "
+                    "function (without functools.wraps) that calls it."
+                )
             self.add(
                 E_NOT_PLAIN_FUNCTION,
                 path,
                 value,
-                f"{path} = {value!r} is an async function; calling it does not run its body.",
-                "Declare a plain function; it may call asgiref.sync.async_to_sync(your_coroutine)"
-                "(**kwargs).",
+                f"{path} = {value!r} {what}.",
+                hint,
             )
             return None
         if inspect.isgeneratorfunction(func):
@@ -544,15 +647,13 @@ class _Collector:
                 pass
             else:
                 return value
-        suggestion = ""
-        if isinstance(value, str):
-            close = difflib.get_close_matches(value, zoneinfo.available_timezones(), n=1)
-            suggestion = f"Did you mean {close[0]!r}? " if close else ""
+        close = _closest(value, zoneinfo.available_timezones()) if isinstance(value, str) else None
+        suggestion = f"Did you mean {close!r}? " if close else ""
         self.add(
             E_TIMEZONE,
             path,
             value,
-            f"{path} is misconfigured. Expected an IANA time zone name but got {value!r}.",
+            f"{path} is misconfigured. Expected an IANA time zone name but got {_repr(value)}.",
             f"{suggestion}Use a name such as 'Europe/Berlin' or 'UTC'; leave the key out to use "
             "settings.TIME_ZONE.",
         )
@@ -569,12 +670,21 @@ class _Collector:
         if delta is not None:
             return delta
         path = _key(path, key)
+        if _too_large(value, MAX_DELAY.total_seconds()):
+            msg = (
+                f"{path} is too large: expected at most {MAX_DELAY.days} days "
+                f"({MAX_DELAY.total_seconds():.0f} seconds) but got {_repr(value)}."
+            )
+        else:
+            msg = (
+                f"{path} is misconfigured. Expected a positive number of seconds or a positive "
+                f"timedelta but got {_repr(value)}."
+            )
         self.add(
             E_RETRY_DELAY if key == "retry_delay" else E_TIMEOUT,
             path,
             value,
-            f"{path} is misconfigured. Expected a positive number of seconds or a positive "
-            f"timedelta but got {value!r}.",
+            msg,
             "Use e.g. 300 for five minutes."
             if key == "retry_delay"
             else "Use e.g. 600 for ten minutes, or leave the key out for no timeout.",
@@ -591,6 +701,65 @@ def _has_nul(value: object) -> bool:
     if isinstance(value, list):
         return any(_has_nul(item) for item in value)
     return False
+
+
+def _non_str_key(value: object, path: str, seen: set[int]) -> tuple[str, object] | None:
+    """Return the path and the key of the first dict key in `value` that is not a str."""
+    if isinstance(value, Mapping | list | tuple):
+        if id(value) in seen:
+            return None  # a cycle (json.dumps reports it), or a container already walked
+        seen.add(id(value))
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return _key(path, key), key
+            found = _non_str_key(item, _key(path, key), seen)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _non_str_key(item, _key(path, index), seen)
+            if found is not None:
+                return found
+    return None
+
+
+# Enough for any real decorator stack; stops a __wrapped__ chain that loops or never ends.
+MAX_WRAPPED_LAYERS = 100
+
+
+def _async_kind(func: object) -> tuple[str, bool] | None:
+    """Say what in `func` is async (and whether behind a wrapper); None if nothing is."""
+    layer = func
+    for depth in range(MAX_WRAPPED_LAYERS):
+        if isinstance(layer, AsyncToSync):
+            return None  # async_to_sync(f) runs the coroutine to completion: the fix we advise
+        # asgiref's test also sees sync_to_async(f) and markcoroutinefunction(f), which
+        # inspect's does not on Python 3.11; an object's __call__ lives on its class.
+        call = type(layer).__call__ if callable(layer) else None
+        if is_async_function(layer) or inspect.isasyncgenfunction(layer):
+            kind = "an async function"
+        elif is_async_function(call) or inspect.isasyncgenfunction(call):
+            kind = f"a callable object ({type(layer).__qualname__}) whose __call__ is async"
+        else:
+            try:
+                layer = layer.__wrapped__  # type: ignore[attr-defined]
+            except Exception:
+                return None
+            continue
+        if depth == 0:
+            return f"is {kind}; calling it does not run its body", False
+        # A sync wrapper (functools.wraps, transaction.atomic, a logging decorator) around an
+        # async function almost always returns the coroutine it created without awaiting it.
+        name = getattr(layer, "__qualname__", None) or type(layer).__qualname__
+        module = getattr(layer, "__module__", None)
+        what = (
+            f"wraps {kind}, {f'{module}.{name}' if module else name} (found through "
+            "__wrapped__), without being async itself; calling it returns the coroutine without "
+            "running it"
+        )
+        return what, True
+    return None
 
 
 def _human(delta: dt.timedelta) -> str:
@@ -616,10 +785,16 @@ def collect(raw: object = _FROM_SETTINGS) -> tuple[dict[str, TaskDeclaration], l
     return collector.declarations, collector.problems
 
 
+def describe_problems(problems: list[Problem]) -> str:
+    """Return the problems as lines of text, each with its id and hint."""
+    return "\n".join(f"- ({p.id}) {p.msg} HINT: {p.hint}" for p in problems)
+
+
 def load_declarations() -> dict[str, TaskDeclaration]:
     """Return the declared tasks; raise ImproperlyConfigured listing every problem."""
     declarations, problems = collect()
     if problems:
-        lines = "\n".join(f"- ({p.id}) {p.msg} HINT: {p.hint}" for p in problems)
-        raise ImproperlyConfigured(f"settings.POSIXCRON has {len(problems)} problem(s):\n{lines}")
+        raise ImproperlyConfigured(
+            f"settings.POSIXCRON has {len(problems)} problem(s):\n{describe_problems(problems)}"
+        )
     return declarations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import multiprocessing
 import os
@@ -39,6 +40,34 @@ def describe_exception(exc: BaseException) -> str:
     except Exception:
         message = "<str() of the exception raised an error>"
     return f"{name}: {message}" if message else name
+
+
+def refuse_unrun(result: object) -> None:
+    """Raise TypeError when the callable handed back work instead of doing it.
+
+    The checks (posixcron.E026) refuse async and generator functions they can see; this catches
+    what they cannot (a decorator that hides one, a callable chosen at run time), so that such a
+    run is recorded failed rather than succeeded without running.
+    """
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        # Closed so that Python does not also warn "coroutine ... was never awaited".
+        result.close()
+    if inspect.isawaitable(result) or inspect.isasyncgen(result):
+        if inspect.iscoroutine(result):
+            what = "a coroutine"
+        elif inspect.isasyncgen(result):
+            what = "an async generator"
+        else:
+            what = f"an awaitable {type(result).__name__}"
+        raise TypeError(
+            f"the callable returned {what}: async callables are not supported; wrap it with "
+            "asgiref.sync.async_to_sync"
+        )
+    if inspect.isgenerator(result):
+        raise TypeError(
+            "the callable returned a generator, which nothing iterates: its code never ran; "
+            "declare a plain function that consumes it"
+        )
 
 
 class TaskCodeError(Exception):
@@ -105,7 +134,7 @@ class ThreadExecutor:
     def invoke(self, key: int, declaration: Declared) -> None:
         """Call the task's callable in this (the run's) thread; exceptions propagate."""
         # What runs is always resolved from settings, never from a path stored in the database.
-        declaration.resolve()(**dict(declaration.kwargs or {}))
+        refuse_unrun(declaration.resolve()(**dict(declaration.kwargs or {})))
 
     def free_slots(self) -> int:
         with self._cond:
@@ -285,7 +314,7 @@ def _child_main(
         from django.utils.module_loading import import_string
 
         django.setup()
-        import_string(callable_path)(**kwargs)
+        refuse_unrun(import_string(callable_path)(**kwargs))
         message: tuple[str, ...] = ("ok",)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too
         message = ("error", describe_exception(exc), traceback.format_exc())

@@ -54,3 +54,49 @@ def sleep_for(seconds: float = 60.0) -> None:
     import time
 
     time.sleep(seconds)
+
+
+# --- async callables in disguise (E026 and the executors' run-time refusal) ---
+
+import functools  # noqa: E402
+from collections.abc import Callable, Coroutine, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+from asgiref.sync import async_to_sync, sync_to_async  # noqa: E402
+from django.db import transaction  # noqa: E402
+
+
+async def async_body() -> None:
+    Hit.objects.create(task_name="async-body")  # never reached: nothing awaits it
+
+
+def logged(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A sync decorator that passes the result through: a coroutine stays unawaited."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+class AsyncCall:
+    async def __call__(self) -> None:
+        Hit.objects.create(task_name="async-call")
+
+
+ASYNC_CALL = AsyncCall()
+SYNC_TO_ASYNC = sync_to_async(noop)
+WRAPPED_ASYNC = logged(async_body)
+ATOMIC_ASYNC = transaction.atomic(async_body)
+# The fix E026 advises, even behind a sync decorator: it runs the coroutine.
+ASYNC_TO_SYNC = logged(async_to_sync(async_body))
+
+
+def returns_coroutine() -> Coroutine[Any, Any, None]:
+    """A plain function no check can see through: it hands back the coroutine it made."""
+    return async_body()
+
+
+def returns_generator() -> Iterator[int]:
+    return (Hit.objects.create(task_name="generator").pk for _ in range(1))

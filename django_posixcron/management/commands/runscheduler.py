@@ -5,22 +5,34 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError, connection
 
-from django_posixcron.conf import get_settings
+from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, get_settings
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
 
 
-def positive_float(value: str) -> float:
-    """Parse a number of seconds greater than zero."""
+def poll_interval(value: str) -> float:
+    """Parse a number of seconds within the bounds of POSIXCRON['POLL_INTERVAL']."""
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number > 0 or number == float("inf"):
+    if not number > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    # The same bounds as the setting (posixcron.E021), for the same reasons (conf.py).
+    if number > MAX_POLL_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_POLL_INTERVAL:g} seconds (one day), got {value!r}"
+        )
+    if number < MIN_POLL_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_POLL_INTERVAL:g} seconds, got {value!r}"
+        )
     return number
 
 
@@ -77,6 +89,25 @@ def check_database_support() -> str:
     return vendor
 
 
+def checked_declarations() -> dict[str, TaskDeclaration]:
+    """Return the declared tasks; refuse settings with any problem, even a silenced one."""
+    from django_posixcron.declarations import collect, describe_problems
+
+    declarations, problems = collect()
+    if problems:
+        # Silenced errors get here (self.check() raised for the others). A task with an error
+        # cannot be scheduled, and reconciling without it would retire it without a word: such
+        # errors are not for silencing.
+        ids = ", ".join(sorted({p.id for p in problems}))
+        raise CommandError(
+            f"settings.POSIXCRON has {len(problems)} problem(s) ({ids}). posixcron.E0NN errors "
+            "cannot be silenced: SILENCED_SYSTEM_CHECKS hides them from `manage.py check`, but "
+            "a task with an error cannot be scheduled. Fix them:\n"
+            f"{describe_problems(problems)}"
+        )
+    return declarations
+
+
 def check_migrated() -> None:
     """Refuse a database that lacks this app's migrations, naming the command to run."""
     from django.db.migrations.executor import MigrationExecutor
@@ -102,7 +133,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--poll-interval",
-            type=positive_float,
+            type=poll_interval,
             default=None,
             metavar="S",
             help="Seconds between database polls (default: POSIXCRON['POLL_INTERVAL']).",
@@ -150,12 +181,13 @@ class Command(BaseCommand):
         # the process with a traceback. What the scheduler needs of the database is checked
         # by check_database_support() once it answers.
         self.check(display_num_errors=False, databases=[])
+        declarations = checked_declarations()
 
         if options["check"]:
             try:
                 check_database_support()
                 check_migrated()
-                plan = reconcile(check_only=True)
+                plan = reconcile(check_only=True, declarations=declarations)
             except (OperationalError, InterfaceError) as exc:
                 raise CommandError(f"The database is unavailable: {exc}".strip()) from None
             if plan.is_empty:
@@ -171,6 +203,7 @@ class Command(BaseCommand):
         concurrency = options["concurrency"] or get_settings().concurrency
         executor = ProcessExecutor(concurrency) if options["executor"] == "process" else None
         scheduler = Scheduler(
+            declarations=declarations,
             poll_interval=options["poll_interval"],
             concurrency=concurrency,
             grace=options["grace"],
@@ -194,10 +227,19 @@ class Command(BaseCommand):
             except (OperationalError, InterfaceError) as exc:
                 raise CommandError(f"The database is unavailable: {exc}".strip()) from None
             self._summary(scheduler, database)
-            result = scheduler.run_once()
+            try:
+                result = scheduler.run_once()
+            except (OperationalError, InterfaceError) as exc:
+                raise CommandError(f"The database became unavailable: {exc}".strip()) from None
             self.stdout.write(
                 f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
             )
+            if scheduler.unrecorded:
+                raise CommandError(
+                    f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
+                    "became unavailable (see the log above). Other schedulers will mark those "
+                    "runs lost."
+                )
             return
         # A long-running scheduler started before its database (a host reboot) waits for it.
         ready = scheduler.until_reachable(prepare)

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 from django.utils import timezone as dj_timezone
 
-from django_posixcron.conf import DEFAULT_POLL_INTERVAL, get_settings
+from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
 
 UTC = dt.UTC
@@ -44,14 +44,6 @@ def database_now() -> dt.datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
-
-
-def _poll_interval() -> float:
-    """Return POLL_INTERVAL, or its default when settings are broken (checks are skipped)."""
-    value = get_settings().poll_interval
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return DEFAULT_POLL_INTERVAL
 
 
 def stale_after(poll_interval: float) -> dt.timedelta:
@@ -156,7 +148,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        poll_interval = _poll_interval()
+        poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
         try:
             status = collect(

@@ -1,0 +1,103 @@
+"""kwargs must come back from the database exactly as declared: str keys at every depth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_posixcron.declarations import collect
+from tests.declarations.conftest import task
+
+KWARGS = "settings.POSIXCRON['TASKS']['t']['kwargs']"
+HINT = (
+    "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
+    "arguments are stored in the database."
+)
+
+
+def only_problem(kwargs: Any) -> tuple[str, str, str]:
+    definition = task(callable="tests.testapp.jobs.record", kwargs=kwargs)
+    _, problems = collect({"TASKS": {"t": definition}})
+    assert len(problems) == 1, problems
+    return problems[0].id, problems[0].msg, problems[0].hint
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key_path", "key"),
+    [
+        # json.dumps would store these as {"1": "x"}, {"true": "x"}, {"null": "x"}: silently.
+        ({"label": {1: "x"}}, "['label'][1]", "int 1"),
+        ({"label": {True: "x"}}, "['label'][True]", "bool True"),
+        ({"label": {None: "x"}}, "['label'][None]", "NoneType None"),
+        ({"label": {1.5: "x"}}, "['label'][1.5]", "float 1.5"),
+        # Mixed keys: sort_keys used to fail with "'<' not supported between instances".
+        ({"label": {"a": 1, 2: "b"}}, "['label'][2]", "int 2"),
+        # Refused by json.dumps, but with a message that did not say where.
+        ({"label": {("a", "b"): 1}}, "['label'][('a', 'b')]", "tuple ('a', 'b')"),
+        # At any depth, inside lists and tuples too.
+        ({"label": [{"ok": 1}, {"deep": {7: 0}}]}, "['label'][1]['deep'][7]", "int 7"),
+        ({"label": ({"x": {8: 0}},)}, "['label'][0]['x'][8]", "int 8"),
+    ],
+)
+def test_a_nested_non_str_key_is_named_with_its_path(kwargs, key_path, key):
+    check_id, msg, hint = only_problem(kwargs)
+    assert check_id == "posixcron.E015"
+    assert msg == (
+        f"{KWARGS} is not JSON-serialisable as declared: the key at {KWARGS}{key_path} is {key}, "
+        f"not a str (JSON would turn it into a str or refuse it). Got {kwargs!r}."
+    )
+    assert hint == HINT
+
+
+def test_str_keys_at_every_depth_are_accepted():
+    kwargs = {"label": {"a": [{"b": {"c": None}}], "d": ("e", {"f": 1})}}
+    declarations, problems = collect(
+        {"TASKS": {"t": task(callable="tests.testapp.jobs.record", kwargs=kwargs)}}
+    )
+    assert problems == []
+    assert declarations["t"].kwargs == {"label": {"a": [{"b": {"c": None}}], "d": ["e", {"f": 1}]}}
+
+
+def test_a_shared_container_is_fine_and_a_cycle_is_still_reported():
+    shared = {"x": 1}
+    _, problems = collect(
+        {
+            "TASKS": {
+                "t": task(callable="tests.testapp.jobs.record", kwargs={"label": [shared, shared]})
+            }
+        }
+    )
+    assert problems == []
+
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    check_id, msg, _ = only_problem({"label": cycle})
+    assert check_id == "posixcron.E015"
+    assert msg == (
+        f"{KWARGS} is not JSON-serialisable: Circular reference detected. Got "
+        "{'label': {'self': {...}}}."
+    )
+
+
+@pytest.mark.parametrize("container", [list, dict])
+def test_absurdly_deep_kwargs_are_reported_not_raised(container):
+    deep: Any = 0
+    for _ in range(100_000):
+        deep = [deep] if container is list else {"a": deep}
+    check_id, msg, hint = only_problem({"label": deep})
+    assert check_id == "posixcron.E015"
+    assert msg.startswith(f"{KWARGS} is nested too deeply to be stored. Got {{'label': ")
+    assert len(msg) < 500  # a shortened repr: the full one cannot even be built
+    assert hint == HINT
+
+
+def test_deeply_nested_kwargs_that_are_not_a_dict_are_reported_not_raised():
+    deep: Any = 0
+    for _ in range(100_000):
+        deep = [deep]
+    definition = task(callable="tests.testapp.jobs.record", kwargs=deep)
+    _, problems = collect({"TASKS": {"t": definition}})
+    [problem] = problems
+    assert problem.id == "posixcron.E014"
+    assert problem.msg.startswith(f"{KWARGS} is misconfigured. Expected a dict with str keys")

@@ -1,0 +1,114 @@
+"""Messages that point at the fix: near misses by case, lazy descriptions, the documented rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.utils import translation
+from django.utils.translation import gettext_lazy
+
+from django_posixcron.declarations import collect
+from tests.declarations.conftest import task
+
+DOCS = Path(__file__).parents[2] / "docs" / "settings.rst"
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [
+        ("tasks", "TASKS"),
+        ("Tasks", "TASKS"),
+        ("poll_interval", "POLL_INTERVAL"),
+        ("Poll_Intervall", "POLL_INTERVAL"),
+        ("concurrency", "CONCURRENCY"),
+        ("history_day", "HISTORY_DAYS"),
+        ("TASK", "TASKS"),  # still found by difflib
+    ],
+)
+def test_top_level_near_misses_by_case_get_a_suggestion(key, suggestion):
+    [problem] = collect({key: {}})[1]
+    assert problem.id == "posixcron.E002"
+    assert problem.msg == f"settings.POSIXCRON has an unknown key {key!r}."
+    assert problem.hint == (
+        f"Did you mean {suggestion!r}? Known keys: TASKS, POLL_INTERVAL, CONCURRENCY, HISTORY_DAYS."
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"), [("Schedule", "schedule"), ("RETRY_DELAY", "retry_delay")]
+)
+def test_task_key_near_misses_by_case_get_a_suggestion(key, suggestion):
+    definition = task()
+    if key == "Schedule":
+        definition["Schedule"] = definition.pop("schedule")
+    else:
+        definition[key] = 60
+    problems = collect({"TASKS": {"t": definition}})[1]
+    unknown = [p for p in problems if p.id == "posixcron.E006"]
+    assert [p.hint.split("?")[0] for p in unknown] == [f"Did you mean {suggestion!r}"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "suggestion"),
+    [("utc", "UTC"), ("europe/berlin", "Europe/Berlin"), ("EUROPE/BERLN", "Europe/Berlin")],
+)
+def test_zone_near_misses_by_case_get_a_suggestion(zone, suggestion):
+    [problem] = collect({"TASKS": {"t": task(timezone=zone)}})[1]
+    assert problem.id == "posixcron.E016"
+    assert problem.msg == (
+        "settings.POSIXCRON['TASKS']['t']['timezone'] is misconfigured. Expected an IANA time "
+        f"zone name but got {zone!r}."
+    )
+    assert problem.hint.startswith(f"Did you mean {suggestion!r}? Use a name such as")
+
+
+class TestLazyDescription:
+    def test_accepted_stored_as_str_with_the_plain_str_hash(self):
+        lazy = collect({"TASKS": {"t": task(description=gettext_lazy("Mail the report"))}})
+        plain = collect({"TASKS": {"t": task(description="Mail the report")}})
+        assert lazy[1] == plain[1] == []
+        declaration = lazy[0]["t"]
+        assert type(declaration.description) is str
+        assert declaration.description == "Mail the report"
+        assert declaration.definition() == plain[0]["t"].definition()
+        assert declaration.definition_hash == plain[0]["t"].definition_hash
+
+    def test_translated_into_language_code_whatever_language_is_active(self, settings):
+        # A check run inside a German request must not change the definition (and its hash).
+        with translation.override("de"):
+            declarations, _ = collect({"TASKS": {"t": task(description=gettext_lazy("Yes"))}})
+        assert declarations["t"].description == "Yes"
+
+        settings.LANGUAGE_CODE = "de"
+        declarations, _ = collect({"TASKS": {"t": task(description=gettext_lazy("Yes"))}})
+        assert declarations["t"].description == "Ja"
+
+    def test_a_nul_in_a_lazy_description_is_still_e020(self):
+        [problem] = collect({"TASKS": {"t": task(description=gettext_lazy("a\x00b"))}})[1]
+        assert problem.id == "posixcron.E020"
+        assert "holds a NUL character" in problem.msg
+
+    @pytest.mark.parametrize(
+        ("value", "shown"), [(["x"], "list ['x']"), (5, "int 5"), (b"report", "bytes b'report'")]
+    )
+    def test_other_non_str_values_name_their_type(self, value, shown):
+        [problem] = collect({"TASKS": {"t": task(description=value)}})[1]
+        assert problem.id == "posixcron.E020"
+        assert problem.msg == (
+            "settings.POSIXCRON['TASKS']['t']['description'] is misconfigured. Expected a str but "
+            f"got {shown}."
+        )
+
+
+class TestFrequencyGuardAsDocumented:
+    def test_an_every_minute_schedule_takes_a_poll_interval_of_at_most_60_seconds(self):
+        declarations, problems = collect({"TASKS": {"t": task("* * * * *")}, "POLL_INTERVAL": 60})
+        assert (list(declarations), problems) == (["t"], [])
+        [problem] = collect({"TASKS": {"t": task("* * * * *")}, "POLL_INTERVAL": 60.5})[1]
+        assert problem.id == "posixcron.E024"
+
+    def test_the_docs_say_at_most(self):
+        text = " ".join(DOCS.read_text("utf-8").split())
+        assert "needs ``POLL_INTERVAL`` under 60 seconds" not in text
+        assert "needs ``POLL_INTERVAL`` of at most 60 seconds" in text
