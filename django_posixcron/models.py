@@ -140,6 +140,16 @@ class Task(models.Model):
         return CronExpression(self.schedule)
 
     @property
+    def is_running(self) -> bool:
+        """Return whether a run has started since the last one finished.
+
+        The claim sets only last_run_started_at; last_run_status and last_run_finished_at
+        keep describing the previous run until the new one's outcome is recorded.
+        """
+        started, finished = self.last_run_started_at, self.last_run_finished_at
+        return started is not None and (finished is None or finished < started)
+
+    @property
     def state(self) -> str:
         if not self.declared:
             return "retired"
@@ -233,6 +243,8 @@ class Run(models.Model):
             models.Index(fields=["task", "-scheduled_for"], name="posixcron_run_task_sched"),
             models.Index(fields=["status", "process"], name="posixcron_run_status_proc"),
             models.Index(fields=["scheduled_for"], name="posixcron_run_scheduled_for"),
+            # History pruning: runs that finished more than HISTORY_DAYS ago.
+            models.Index(fields=["finished_at"], name="posixcron_run_finished_at"),
         ]
 
     def __str__(self) -> str:

@@ -202,9 +202,11 @@ def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change
         setattr(task, field, _declared(declaration, field))
     if restoring:
         task.declared = True
-        # A retry owed from before the task left settings belongs to its previous life.
+        # A retry owed, or a run requested, before the task left settings belongs to its
+        # previous life: it must not fire the moment the task comes back.
         task.retry_at = None
-        fields += ["declared", "retry_at"]
+        task.run_requested_at = None
+        fields += ["declared", "retry_at", "run_requested_at"]
         details.insert(0, "declared again")
     if recursor:
         task.next_run_at = first_cursor(declaration.schedule, declaration.timezone, now)

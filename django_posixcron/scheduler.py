@@ -83,6 +83,9 @@ TEXT_LIMIT = 64 * 1024
 PRUNE_EVERY = dt.timedelta(hours=1)
 PRUNE_BATCH = 1000
 PRUNE_MAX_BATCHES_PER_TICK = 20
+# Rows of stopped or dead processes are kept this long (and while runs in the history name
+# them): long enough to read in the admin what happened to a process that died last night.
+PROCESS_ROWS_KEPT = dt.timedelta(days=1)
 
 # Outcomes are written this many per transaction: enough to keep up with thousands of short
 # runs per second, few enough that the locks they take are held for milliseconds.
@@ -234,7 +237,9 @@ class Scheduler:
 
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: the second-signal handler runs on the main thread and takes it, possibly
+        # while the main thread it interrupted holds it.
+        self._lock = threading.RLock()
         self._inflight: dict[int, _InFlight] = {}
         self._outcomes: list[_Outcome] = []
         self._clock_offset = dt.timedelta(0)
@@ -243,6 +248,9 @@ class Scheduler:
         self._mismatch_recheck_at: dt.datetime | None = None
         self._next_prune_at: dt.datetime | None = None
         self._failures = 0
+        # After a database outage every process's heartbeat looks stale, its own included:
+        # until this monotonic instant, no other process's runs are presumed lost.
+        self._lost_check_from = 0.0
         self._signals_received = 0
         self._previous_handlers: dict[int, Any] = {}
 
@@ -386,10 +394,20 @@ class Scheduler:
             self.process.pk = None
             self.process.last_heartbeat_at = now
             self.process.save(force_insert=True)
+            # The deletion orphaned the runs in flight here (process set to NULL); take them
+            # back before anyone presumes them lost, or they would be retried while running.
+            with self._lock:
+                mine = list(self._inflight)
+            if mine:
+                Run.objects.filter(
+                    pk__in=mine, status=RunStatus.RUNNING, process__isnull=True
+                ).update(process=self.process)
 
     def _mark_lost(self, now: dt.datetime) -> list[Run]:
         """Mark running runs whose process stopped heartbeating as lost; retry applies."""
         assert self.process is not None
+        if time.monotonic() < self._lost_check_from:
+            return []
         threshold = now - self.stale_after
         candidates = list(
             Run.objects.select_related("task")
@@ -424,7 +442,9 @@ class Scheduler:
         for inflight in expired:
             run = inflight.run
             with self._lock:
-                self._inflight.pop(run.pk, None)
+                if self._inflight.pop(run.pk, None) is None:
+                    # It returned meanwhile: its own outcome is queued, and wins.
+                    continue
             timeout = inflight.deadline - run.started_at if run.started_at else None  # type: ignore[operator]
             note = (
                 ""
@@ -911,10 +931,27 @@ class Scheduler:
                     )
                 idle = self.executor.wait_idle(0)
             if idle:
-                self._flush_outcomes()
+                try:
+                    self._flush_outcomes()
+                except (OperationalError, InterfaceError) as exc:
+                    # Kept in memory for the next attempt (a tick, or the shutdown's).
+                    logger.error(
+                        "could not record %d outcome(s) yet, database unavailable: %s",
+                        self.unrecorded,
+                        exc,
+                        extra={"action": "db_error"},
+                    )
+                    with contextlib.suppress(Exception):
+                        connection.close()
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
+
+    @property
+    def unrecorded(self) -> int:
+        """Return how many finished runs' outcomes are waiting to be written."""
+        with self._lock:
+            return len(self._outcomes)
 
     # -- pruning --------------------------------------------------------------------------
 
@@ -929,10 +966,12 @@ class Scheduler:
         total = 0
         more = False
         for _ in range(PRUNE_MAX_BATCHES_PER_TICK):
+            # By when the run finished, not when it was scheduled: a task resumed after a
+            # long pause fires once for its oldest missed occurrence, and that run is new.
+            # A running run has no finished_at and is never pruned.
             ids = list(
-                Run.objects.filter(scheduled_for__lt=cutoff)
-                .exclude(status=RunStatus.RUNNING)
-                .order_by("pk")
+                Run.objects.filter(finished_at__lt=cutoff)
+                .order_by()
                 .values_list("pk", flat=True)[:PRUNE_BATCH]
             )
             if ids:
@@ -941,6 +980,8 @@ class Scheduler:
             more = len(ids) == PRUNE_BATCH
             if not more:
                 break
+        if not more:
+            self._prune_processes(now)
         # With more left, carry on next tick rather than hold this one.
         self._next_prune_at = now if more else now + PRUNE_EVERY
         if total:
@@ -951,6 +992,32 @@ class Scheduler:
                 extra={"action": "history_pruned"},
             )
         return total
+
+    def _prune_processes(self, now: dt.datetime) -> int:
+        """Delete rows of processes gone for a while that no run in the history names.
+
+        `runscheduler --once` from system cron adds a row per invocation. A row whose runs
+        are still in the history stays, so the run list keeps its link to it; once pruning
+        has removed those runs, the row goes too.
+        """
+        gone = now - PROCESS_ROWS_KEPT
+        ids = list(
+            SchedulerProcess.objects.filter(
+                Q(stopped_at__lt=gone) | Q(stopped_at__isnull=True, last_heartbeat_at__lt=gone)
+            )
+            .filter(runs__isnull=True)
+            .order_by()
+            .values_list("pk", flat=True)[:PRUNE_BATCH]
+        )
+        if ids:
+            SchedulerProcess.objects.filter(pk__in=ids).delete()
+            logger.info(
+                "pruned %d rows of scheduler processes gone since before %s",
+                len(ids),
+                gone.isoformat(),
+                extra={"action": "processes_pruned"},
+            )
+        return len(ids)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -1010,6 +1077,14 @@ class Scheduler:
     def _back_off(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
         self._failures += 1
         delay: float = min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** (self._failures - 1))
+        if isinstance(exc, DatabaseError):
+            # The others were cut off as long as we were, and may be sleeping in their own
+            # back-off: once we are back, give them a full stale threshold plus one back-off
+            # to heartbeat again before their running runs are marked lost (and retried while
+            # they may still be running).
+            self._lost_check_from = (
+                time.monotonic() + delay + self.stale_after.total_seconds() + BACKOFF_MAX
+            )
         if log:
             logger.error(
                 "database unavailable (attempt %d), retrying in %.1f s: %s",
@@ -1033,7 +1108,10 @@ class Scheduler:
         scheduler started while its database is down (a reboot where the application comes
         up first) waits for it instead of exiting into a crash loop.
         """
-        self._install_signal_handlers()
+        # The handlers stay installed on success, so a signal between start-up and the loop
+        # is a graceful stop (run() finds `stopping` set), not the default: death by SIGTERM.
+        installed = self._install_signal_handlers()
+        ready = False
         try:
             while not self.stopping:
                 try:
@@ -1043,10 +1121,12 @@ class Scheduler:
                     self._wake.wait(self._back_off(exc))
                     continue
                 self._note_recovered()
+                ready = True
                 return result
             return None
         finally:
-            self._restore_signal_handlers()
+            if installed and not ready:
+                self._restore_signal_handlers()
 
     def _note_recovered(self) -> None:
         if self._failures:
@@ -1095,8 +1175,10 @@ class Scheduler:
             SchedulerProcess.objects.filter(pk=self.process.pk).update(stopped_at=self.now())
         except DatabaseError as exc:
             logger.error(
-                "could not record the shutdown (%s); other schedulers will mark the runs lost",
+                "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
+                "schedulers will mark the runs lost",
                 exc,
+                self.unrecorded,
                 extra={"action": "shutdown_db_error"},
             )
         self.executor.close()
@@ -1127,11 +1209,13 @@ class Scheduler:
 
     # -- signals --------------------------------------------------------------------------
 
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
+    def _install_signal_handlers(self) -> bool:
+        """Handle SIGTERM and SIGINT; return False if already handled or not possible here."""
+        if self._previous_handlers or threading.current_thread() is not threading.main_thread():
+            return False
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+        return True
 
     def _restore_signal_handlers(self) -> None:
         for signum, handler in self._previous_handlers.items():

@@ -85,7 +85,7 @@ class Migration(migrations.Migration):
                 'verbose_name': 'run',
                 'verbose_name_plural': 'runs',
                 'ordering': ['-scheduled_for', '-id'],
-                'indexes': [models.Index(fields=['task', '-scheduled_for'], name='posixcron_run_task_sched'), models.Index(fields=['status', 'process'], name='posixcron_run_status_proc'), models.Index(fields=['scheduled_for'], name='posixcron_run_scheduled_for')],
+                'indexes': [models.Index(fields=['task', '-scheduled_for'], name='posixcron_run_task_sched'), models.Index(fields=['status', 'process'], name='posixcron_run_status_proc'), models.Index(fields=['scheduled_for'], name='posixcron_run_scheduled_for'), models.Index(fields=['finished_at'], name='posixcron_run_finished_at')],
                 'constraints': [models.UniqueConstraint(fields=('task', 'trigger', 'scheduled_for'), name='posixcron_run_once_per_occurrence')],
             },
         ),

@@ -12,9 +12,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import OperationalError, connection
 
-from django_posixcron.models import Run, Task
+from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
 from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.acceptance.jobs import GATES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -173,3 +174,38 @@ def test_status_reports_overdue_tasks_but_not_paused_ones(world):
     assert status("--ignore-overdue") == 0
     task("late").pause()
     assert status() == 0
+
+
+def test_a_deleted_process_row_does_not_turn_its_running_runs_lost(world):
+    # Someone deletes the live scheduler's row (a cleanup script; the admin refuses it):
+    # its running run loses its owner. The scheduler registers again and takes the run back,
+    # so neither it nor another scheduler marks it lost and retries it while it runs.
+    GATES["held"] = threading.Event()
+    world.settings(
+        {
+            "held": {
+                **record("held", "0 * * * *"),
+                "callable": "tests.acceptance.jobs.wait_for_gate",
+            }
+        }
+    )
+    world.start(T0)
+    world.tick(T0, wait=False)
+    assert runs("held") == [("cron", "running", T0)]
+    SchedulerProcess.objects.all().delete()
+    assert Run.objects.get().process_id is None
+
+    later = T0 + 10 * MINUTE
+    world.tick(later, wait=False)
+    other = Scheduler(grace=1)
+    world.schedulers.append(other)
+    other.start()
+    assert other.tick(later).lost == []
+
+    GATES["held"].set()
+    assert world.scheduler is not None
+    assert world.scheduler.wait_idle(timeout=15)
+    assert runs("held") == [("cron", "succeeded", T0)]
+    assert world.scheduler.process is not None
+    assert Run.objects.get().process_id == world.scheduler.process.pk
+    assert task("held").retry_at is None

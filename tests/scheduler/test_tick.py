@@ -382,6 +382,7 @@ def test_old_history_is_pruned_in_batches(tasks, make_scheduler, settings):
             trigger=Trigger.CRON,
             status=RunStatus.SUCCEEDED,
             scheduled_for=old - dt.timedelta(minutes=i),
+            finished_at=old - dt.timedelta(minutes=i),
         )
         for i in range(2500)
     )
@@ -390,6 +391,7 @@ def test_old_history_is_pruned_in_batches(tasks, make_scheduler, settings):
         trigger=Trigger.CRON,
         status=RunStatus.SUCCEEDED,
         scheduled_for=T0 - dt.timedelta(days=29),
+        finished_at=T0 - dt.timedelta(days=29),
     )
     alive = SchedulerProcess.objects.create(hostname="alive", pid=2, last_heartbeat_at=T0)
     stuck = Run.objects.create(

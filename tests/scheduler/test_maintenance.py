@@ -1,0 +1,157 @@
+"""What keeps a long-lived deployment healthy: pruning, process rows, outages, shutdown."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from django_posixcron.scheduler import Scheduler
+from tests.scheduler.conftest import T0
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = dt.timedelta(days=1)
+
+
+def finished(scheduler: Scheduler) -> None:
+    assert scheduler.wait_idle(timeout=10), "a run did not finish"
+
+
+def test_a_run_for_an_old_occurrence_is_kept_for_history_days_after_it_ran(tasks, make_scheduler):
+    # Paused for 40 days, then resumed: the run fires once, for the oldest missed occurrence.
+    task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 - 40 * DAY)
+    scheduler = make_scheduler()
+    scheduler.history_days = 30
+    scheduler.tick(T0)
+    finished(scheduler)
+    run = Run.objects.get(task=task)
+    assert run.scheduled_for == T0 - 40 * DAY
+
+    # The next prune (an hour later) keeps it: it finished an hour ago, not 40 days ago.
+    assert scheduler._prune(T0 + dt.timedelta(hours=1)) == 0
+    assert Run.objects.filter(pk=run.pk).exists()
+    # Thirty days after it finished, it goes.
+    assert scheduler._prune(T0 + 31 * DAY) == 1
+    assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def test_rows_of_processes_gone_for_a_day_are_pruned_once_no_run_names_them(tasks, make_scheduler):
+    task = tasks("t")
+    scheduler = make_scheduler()
+    scheduler.start()
+    now = scheduler.now()
+    old = now - 2 * DAY
+    stopped = SchedulerProcess.objects.create(
+        hostname="cron-once", pid=1, started_at=old, last_heartbeat_at=old, stopped_at=old
+    )
+    dead = SchedulerProcess.objects.create(
+        hostname="killed", pid=2, started_at=old, last_heartbeat_at=old
+    )
+    named = SchedulerProcess.objects.create(
+        hostname="with-history", pid=3, started_at=old, last_heartbeat_at=old, stopped_at=old
+    )
+    recent = SchedulerProcess.objects.create(
+        hostname="last-hour",
+        pid=4,
+        started_at=now - DAY / 24,
+        last_heartbeat_at=now - DAY / 24,
+        stopped_at=now - DAY / 24,
+    )
+    Run.objects.create(
+        task=task,
+        trigger=Trigger.CRON,
+        status=RunStatus.SUCCEEDED,
+        scheduled_for=now - DAY,
+        started_at=now - DAY,
+        finished_at=now - DAY,
+        process=named,
+    )
+    scheduler._prune(now)
+    left = set(SchedulerProcess.objects.values_list("pk", flat=True))
+    assert stopped.pk not in left
+    assert dead.pk not in left
+    assert {named.pk, recent.pk, scheduler.process.pk} <= left
+
+
+def test_after_an_outage_no_runs_are_presumed_lost_until_others_could_heartbeat(
+    tasks, make_scheduler, gate, monkeypatch
+):
+    name, event = gate
+    task = tasks("held", callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    owner = make_scheduler()
+    owner.tick(T0)
+    assert Run.objects.get(task=task).status == RunStatus.RUNNING
+
+    other = make_scheduler()
+    other.start()
+    real_tick = other.tick
+    calls = {"n": 0}
+
+    def tick_after_an_outage(now: Any = None) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_tick(now)
+
+    monkeypatch.setattr(other, "tick", tick_after_an_outage)
+    other._safe_tick()  # the outage
+    # Everyone's heartbeat went stale meanwhile, the owner's included.
+    SchedulerProcess.objects.update(last_heartbeat_at=other.now() - dt.timedelta(minutes=5))
+    other._safe_tick()  # recovered: the owner gets time to heartbeat before being judged
+    assert Run.objects.get(task=task).status == RunStatus.RUNNING
+
+    # Past the grace, a process that really is silent has its runs marked lost.
+    other._lost_check_from = 0.0
+    SchedulerProcess.objects.filter(pk=owner.process.pk).update(
+        last_heartbeat_at=other.now() - dt.timedelta(minutes=5)
+    )
+    other._safe_tick()
+    assert Run.objects.get(task=task).status == RunStatus.LOST
+    event.set()
+
+
+def test_shutdown_with_the_database_away_keeps_going_and_says_what_was_not_recorded(
+    tasks, make_scheduler, monkeypatch, caplog
+):
+    tasks("t")
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    assert scheduler.executor.wait_idle(10)
+
+    def away(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("the database system is shutting down")
+
+    monkeypatch.setattr(scheduler, "_write_outcomes", away)
+    monkeypatch.setattr(SchedulerProcess.objects, "filter", away)
+    scheduler.shutdown()  # no exception
+    assert scheduler.unrecorded == 1
+    assert "could not record the shutdown" in caplog.text
+    assert "scheduler stopped" in caplog.text
+    assert Run.objects.get().status == RunStatus.RUNNING  # not written: the database was away
+
+
+def test_a_restored_task_forgets_a_run_requested_before_it_was_retired(posixcron):
+    from django_posixcron.reconcile import reconcile
+
+    declared = {
+        "yearly": {
+            "schedule": "0 0 1 1 *",
+            "callable": "tests.testapp.jobs.noop",
+            "retry_delay": 60,
+        }
+    }
+    posixcron(declared)
+    reconcile(now=T0)
+    Task.objects.get(name="yearly").request_run(T0)
+    posixcron({})
+    reconcile(now=T0 + dt.timedelta(minutes=1))
+    posixcron(declared)
+    reconcile(now=T0 + dt.timedelta(minutes=2))
+    task = Task.objects.get(name="yearly")
+    assert task.declared
+    assert task.run_requested_at is None
+    assert task.due_at == dt.datetime(2031, 1, 1, tzinfo=dt.UTC)
