@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.core.paginator import Paginator
+from django.db.models import F, Q, QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -22,13 +23,14 @@ from django.http import (
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_posixcron.conf import get_settings
+from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.models import (
     FAILURE_STATUSES,
     Run,
@@ -36,16 +38,18 @@ from django_posixcron.models import (
     SchedulerProcess,
     Task,
 )
-from django_posixcron.scheduler import STALE_AFTER_MIN, STALE_AFTER_TICKS
+from django_posixcron.scheduler import stale_after
 from django_posixcron.timing import expression, occurrences, zone
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[Task]
     RunAdminBase = admin.ModelAdmin[Run]
     ProcessAdminBase = admin.ModelAdmin[SchedulerProcess]
+    PaginatorBase = Paginator[Any]
 else:
     # ModelAdmin is only subscriptable at run time with django-stubs-ext's monkeypatch.
     TaskAdminBase = RunAdminBase = ProcessAdminBase = admin.ModelAdmin
+    PaginatorBase = Paginator
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +62,23 @@ HEADER_PROCESSES = 20
 # past it, the operator narrows by searching the task name or from the task's own page.
 TASK_FILTER_CHOICES = 50
 
+# The run list counts at most this many rows ("more than 10,000 runs"): an exact COUNT(*) of a
+# million-row history on every page view is a full scan on PostgreSQL.
+RUN_COUNT_CAP = 10_000
+# Runs are deleted in batches of this size, so a bulk delete never holds one huge transaction.
+RUN_DELETE_BATCH = 1000
+
 PAUSE_PERMISSION = "django_posixcron.pause_task"
 RUN_PERMISSION = "django_posixcron.run_task"
 
 
 def _poll_interval() -> dt.timedelta:
-    return dt.timedelta(seconds=float(get_settings().poll_interval))
+    return dt.timedelta(seconds=poll_interval_or_default())
 
 
 def _stale_after() -> dt.timedelta:
     """Return the heartbeat age past which the scheduler itself counts a process as dead."""
-    return max(STALE_AFTER_MIN, STALE_AFTER_TICKS * _poll_interval())
+    return stale_after(poll_interval_or_default())
 
 
 def _in_zone(value: dt.datetime, tz: str) -> str:
@@ -163,6 +173,33 @@ class StateFilter(admin.SimpleListFilter):
         return queryset
 
 
+class LastStatusFilter(admin.SimpleListFilter):
+    """The last run's status, with "running" (a run started after the last one finished)."""
+
+    title = _("last run status")
+    # Django's own parameter for a plain field filter, so existing links keep working.
+    parameter_name = "last_run_status__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        finals = [(value, label) for value, label in RunStatus.choices if value != "running"]
+        return [("running", RunStatus.RUNNING.label), *finals, ("never", _("never run"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        value = self.value()
+        if not value:
+            return queryset
+        if value == "never":
+            return queryset.filter(last_run_started_at__isnull=True)
+        if value == "running":
+            return queryset.filter(last_run_started_at__isnull=False).filter(
+                Q(last_run_finished_at__isnull=True)
+                | Q(last_run_finished_at__lt=F("last_run_started_at"))
+            )
+        if value not in RunStatus.values:
+            raise IncorrectLookupParameters(value)
+        return queryset.filter(last_run_status=value)
+
+
 class HealthFilter(admin.SimpleListFilter):
     """The header's "failing" and "overdue" counts link here."""
 
@@ -187,12 +224,13 @@ class TaskAdmin(TaskAdminBase):
     list_display = (
         "name",
         "schedule_display",
+        "timezone",
         "state_display",
         "last_run_display",
         "next_run_display",
         "retry_display",
     )
-    list_filter = (StateFilter, HealthFilter, "last_run_status", "timezone")
+    list_filter = (StateFilter, HealthFilter, LastStatusFilter, "timezone")
     search_fields = ("name", "callable_path", "description")
     ordering = ("name",)
     list_per_page = 100
@@ -257,15 +295,12 @@ class TaskAdmin(TaskAdminBase):
 
     # Columns ---------------------------------------------------------------------------
 
-    @admin.display(description=_("schedule and zone"), ordering="schedule")
+    @admin.display(description=_("schedule"), ordering="schedule")
     def schedule_display(self, obj: Task) -> SafeString:
-        # The zone shares the schedule's cell: it says in which clock "03:15" is read, and
-        # a column of its own pushed the list wider than a laptop screen.
         return format_html(
-            '<code class="posixcron-schedule">{}</code> <span class="posixcron-zone">{}</span>'
+            '<code class="posixcron-schedule">{}</code>'
             '<br><span class="posixcron-describe">{}</span>',
             obj.schedule,
-            obj.timezone,
             describe_schedule(obj.schedule),
         )
 
@@ -277,15 +312,17 @@ class TaskAdmin(TaskAdminBase):
     def last_run_display(self, obj: Task) -> SafeString:
         if obj.last_run_started_at is None:
             return format_html('<span class="posixcron-muted">{}</span>', gettext("never"))
-        if obj.last_run_finished_at is not None:
-            took = _duration(obj.last_run_finished_at - obj.last_run_started_at)
+        now = timezone.now()
+        if obj.is_running:
+            # last_run_status and last_run_finished_at still describe the previous run.
+            badge = status_badge(RunStatus.RUNNING)
+            took = gettext("for %(elapsed)s") % {"elapsed": timesince(obj.last_run_started_at, now)}
         else:
-            took = ""
+            badge = status_badge(obj.last_run_status)
+            assert obj.last_run_finished_at is not None
+            took = _duration(obj.last_run_finished_at - obj.last_run_started_at)
         return format_html(
-            "{}<br>{} {}",
-            _when(obj.last_run_started_at, obj.timezone, timezone.now()),
-            status_badge(obj.last_run_status),
-            took,
+            "{}<br>{} {}", _when(obj.last_run_started_at, obj.timezone, now), badge, took
         )
 
     @admin.display(description=_("next run"), ordering="next_run_at")
@@ -294,7 +331,10 @@ class TaskAdmin(TaskAdminBase):
             return format_html('<span class="posixcron-muted">{}</span>', gettext("never"))
         now = timezone.now()
         parts = []
-        if obj.next_run_at is not None:
+        if obj.paused:
+            # A paused task does not fire: its cursor time would be a promise it does not keep.
+            parts.append(_badge("paused", gettext("paused")))
+        elif obj.next_run_at is not None:
             parts.append(_when(obj.next_run_at, obj.timezone, now))
         if obj.run_requested_at is not None:
             parts.append(
@@ -303,10 +343,6 @@ class TaskAdmin(TaskAdminBase):
                     gettext("run requested %(when)s")
                     % {"when": _relative(obj.run_requested_at, now)},
                 )
-            )
-        if obj.paused:
-            parts.append(
-                format_html('<span class="posixcron-muted">{}</span>', gettext("(paused)"))
             )
         if not parts:
             return format_html("{}", "—")
@@ -659,6 +695,21 @@ class RunTaskFilter(admin.SimpleListFilter):
         return queryset.filter(task_id=int(value))
 
 
+class CappedPaginator(PaginatorBase):
+    """A paginator that counts at most RUN_COUNT_CAP rows; `capped` says it stopped there."""
+
+    cap = RUN_COUNT_CAP
+    capped = False
+
+    @cached_property
+    def count(self) -> int:
+        # COUNT(*) over a LIMIT subquery: it stops reading after cap + 1 rows.
+        rows = cast("QuerySet[Any]", self.object_list)
+        counted = rows.order_by()[: self.cap + 1].count()
+        self.capped = counted > self.cap
+        return min(counted, self.cap)
+
+
 @admin.register(Run)
 class RunAdmin(RunAdminBase):
     list_display = (
@@ -674,9 +725,14 @@ class RunAdmin(RunAdminBase):
     list_filter = (RunTaskFilter, "status", "trigger")
     list_select_related = ("task",)
     search_fields = ("task__name",)
+    # Drawn by the posixcron_date_hierarchy tag (templates/admin/django_posixcron/run/), which
+    # probes the scheduled_for index per period instead of a DISTINCT over the whole history.
     date_hierarchy = "scheduled_for"
-    # A million runs: never count the whole table for "N total".
+    # A million runs: never count the whole table, not for "N total", not for the pages,
+    # not for the filters' facet counts.
     show_full_result_count = False
+    paginator = CappedPaginator
+    show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
     fields = (
         "task",
@@ -764,6 +820,41 @@ class RunAdmin(RunAdminBase):
         # History is a record of what happened; only the scheduler writes it.
         return False
 
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, int], set[str], list[Any]]:
+        """Summarise the deletion: "Delete selected" over a year of history is 500,000 runs."""
+        count = objs.count() if isinstance(objs, QuerySet) else len(objs)
+        perms_needed: set[str] = set()
+        if not self.has_delete_permission(request):
+            perms_needed.add(str(Run._meta.verbose_name_plural))
+        summary = [
+            ngettext("%(count)d run of history", "%(count)d runs of history", count)
+            % {"count": count}
+        ]
+        return summary, {Run._meta.verbose_name_plural: count}, perms_needed, []
+
+    def log_deletions(self, request: HttpRequest, queryset: QuerySet[Run]) -> list[Any]:
+        """Log one line for a bulk delete, not one admin LogEntry per run."""
+        if not isinstance(queryset, QuerySet):
+            # One run deleted from its own page: the usual admin history entry.
+            return list(super().log_deletions(request, queryset))
+        logger.info(
+            "Runs deleted from the admin count=%d user=%s",
+            queryset.count(),
+            request.user.get_username(),
+            extra={"action": "admin_delete_runs"},
+        )
+        return []
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        """Delete in batches, so no single transaction holds a million row locks."""
+        while True:
+            batch = list(queryset.order_by("pk").values_list("pk", flat=True)[:RUN_DELETE_BATCH])
+            if not batch:
+                return
+            Run.objects.filter(pk__in=batch).delete()
+
 
 @admin.register(SchedulerProcess)
 class SchedulerProcessAdmin(ProcessAdminBase):
@@ -790,3 +881,16 @@ class SchedulerProcessAdmin(ProcessAdminBase):
         self, request: HttpRequest, obj: SchedulerProcess | None = None
     ) -> bool:
         return False
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: SchedulerProcess | None = None
+    ) -> bool:
+        # Deleting a live process's row would orphan its running runs, which other
+        # schedulers then mark lost and retry while they still run: only stopped or dead
+        # processes that own no running run can go.
+        if obj is not None and (
+            SchedulerProcess.objects.filter(pk=obj.pk).live(timezone.now(), _stale_after()).exists()
+            or obj.runs.filter(status=RunStatus.RUNNING).exists()
+        ):
+            return False
+        return super().has_delete_permission(request, obj)
