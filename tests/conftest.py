@@ -20,3 +20,18 @@ def posixcron(settings):
         return value
 
     return configure
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _database_features_known(django_db_setup: None, django_db_blocker: Any) -> None:
+    """Ask the test database its features once, with database access allowed.
+
+    From Django 6.1 the system checks (`manage.py check`, `checks.run_checks()`) check model
+    fields against every connection, and on SQLite and MySQL `supports_json_field` is a query.
+    Answered once here, it is cached, so a test of the checks needs no database of its own.
+    """
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            assert connection.features.supports_json_field
