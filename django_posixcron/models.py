@@ -59,8 +59,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def retired(self) -> TaskQuerySet:
         return self.filter(declared=False)
 
-    def due(self, now: dt.datetime) -> TaskQuerySet:
-        return self.active().filter(due_at__lte=now)
+    def due(self, now: dt.datetime | None = None) -> TaskQuerySet:
+        """Active tasks whose due time has come (by default, now on this host's clock)."""
+        return self.active().filter(due_at__lte=dj_timezone.now() if now is None else now)
 
     def failing(self) -> TaskQuerySet:
         """Declared tasks whose latest finished run was a failure."""
@@ -69,9 +70,11 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def failed(self) -> TaskQuerySet:
         return self.failing()
 
-    def overdue(self, now: dt.datetime, slack: dt.timedelta) -> TaskQuerySet:
+    def overdue(
+        self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
+    ) -> TaskQuerySet:
         """Active tasks that should have fired more than `slack` ago."""
-        return self.active().filter(due_at__lt=now - slack)
+        return self.active().filter(due_at__lt=(dj_timezone.now() if now is None else now) - slack)
 
 
 class Task(models.Model):

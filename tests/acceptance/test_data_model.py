@@ -88,3 +88,31 @@ def test_rows_store_plain_lowercase_words_that_sql_can_filter_on(world):
     assert ok.next_run_at == T0 + dt.timedelta(hours=1)
     assert ok.paused is False
     assert ok.declared is True
+
+
+def test_querysets_are_named_after_states(posixcron):
+    from django.utils import timezone
+
+    from django_posixcron.reconcile import reconcile
+
+    posixcron(
+        {name: record(name, "0 0 1 1 *") for name in ("due-now", "later", "held", "gone", "broken")}
+    )
+    reconcile(now=T0)
+    now = timezone.now()
+    Task.objects.filter(name__in=["due-now", "held"]).update(due_at=now - dt.timedelta(hours=1))
+    Task.objects.filter(name="held").update(paused=True)
+    Task.objects.filter(name="broken").update(last_run_status="timed_out")
+    posixcron({name: record(name, "0 0 1 1 *") for name in ("due-now", "later", "held", "broken")})
+    reconcile(now=T0)
+
+    def names(queryset: models.QuerySet[Task]) -> set[str]:
+        return set(queryset.values_list("name", flat=True))
+
+    assert names(Task.objects.due()) == {"due-now"}
+    assert names(Task.objects.due(now - dt.timedelta(days=1))) == set()
+    assert names(Task.objects.overdue(slack=dt.timedelta(minutes=5))) == {"due-now"}
+    assert names(Task.objects.paused()) == {"held"}
+    assert names(Task.objects.retired()) == {"gone"}
+    assert names(Task.objects.failing()) == names(Task.objects.failed()) == {"broken"}
+    assert names(Task.objects.active()) == {"due-now", "later", "broken"}
