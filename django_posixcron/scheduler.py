@@ -981,7 +981,10 @@ class Scheduler:
             if not more:
                 break
         if not more:
-            self._prune_processes(now)
+            # By this host's estimate of the database clock, not the tick's `now`: whether a
+            # process has been silent for a day is a fact about real time, and a tick driven
+            # at another instant (a test, a replay) must not delete the rows of live processes.
+            self._prune_processes(self.now())
         # With more left, carry on next tick rather than hold this one.
         self._next_prune_at = now if more else now + PRUNE_EVERY
         if total:
