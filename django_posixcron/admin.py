@@ -88,13 +88,23 @@ def _in_zone(value: dt.datetime, tz: str) -> str:
     except (ValueError, LookupError):
         # A retired task may carry a zone this Python no longer knows; UTC still says when.
         local = timezone.localtime(value, dt.UTC)
+    # Cron occurrences fall on whole minutes; retries and manual runs do not, and "15:15"
+    # for a run 20 s after the 15:15 failure it retries would hide what happened.
+    if local.second or local.microsecond:
+        return date_format(local, "Y-m-d H:i:s T")
     return date_format(local, "Y-m-d H:i T")
 
 
 def _relative(value: dt.datetime, now: dt.datetime) -> str:
-    """Return "in 3 minutes", "5 minutes ago" or "now"."""
-    if abs(value - now) < dt.timedelta(minutes=1):
+    """Return "in 3 minutes", "5 minutes ago", "in 20 seconds" or "now"."""
+    gap = abs(value - now)
+    if gap < dt.timedelta(seconds=1):
         return gettext("now")
+    if gap < dt.timedelta(minutes=1):
+        seconds = int(gap.total_seconds())
+        if value > now:
+            return ngettext("in %(n)d second", "in %(n)d seconds", seconds) % {"n": seconds}
+        return ngettext("%(n)d second ago", "%(n)d seconds ago", seconds) % {"n": seconds}
     if value > now:
         return gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
     return gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}

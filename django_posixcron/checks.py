@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
+from django.db import router
+
+W_SQLITE_DEFERRED = "posixcron.W001"
 
 
 @checks.register()
@@ -15,3 +19,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     _, problems = collect()
     # obj=None like Django's own settings checks: the message names the settings path itself.
     return [checks.Error(p.msg, hint=p.hint, obj=None, id=p.id) for p in problems]
+
+
+@checks.register()
+def check_sqlite_transaction_mode(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Warn when the scheduler's SQLite database starts transactions DEFERRED."""
+    from django_posixcron.models import Task
+
+    alias = router.db_for_write(Task)
+    return sqlite_transaction_mode_warnings(alias, settings.DATABASES.get(alias, {}))
+
+
+def sqlite_transaction_mode_warnings(
+    alias: str, database: dict[str, Any]
+) -> list[checks.CheckMessage]:
+    """Return posixcron.W001 for one DATABASES entry, read from settings without connecting.
+
+    A deferred transaction takes SQLite's write lock at its first write, so a scheduler's claim
+    and another writer (a second scheduler, the admin) fail with "database is locked" instead
+    of waiting their turn: the scheduler backs off as from an outage, nothing is lost or run
+    twice, but every busy minute logs errors.
+    """
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return []
+    mode = (database.get("OPTIONS") or {}).get("transaction_mode")
+    if str(mode).upper() == "IMMEDIATE":
+        return []
+    path = f"settings.DATABASES[{alias!r}]['OPTIONS']['transaction_mode']"
+    found = "is not set" if mode is None else f"is {mode!r}"
+    return [
+        checks.Warning(
+            f"{path} {found}: django-posixcron on SQLite needs 'IMMEDIATE' transactions, or "
+            "a scheduler and another writer (a second scheduler, the admin) collide with "
+            "'database is locked' errors.",
+            hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to '
+            f"DATABASES[{alias!r}] (Django 5.1 or later), or use PostgreSQL for several "
+            "schedulers.",
+            obj=None,
+            id=W_SQLITE_DEFERRED,
+        )
+    ]

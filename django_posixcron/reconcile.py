@@ -21,7 +21,7 @@ from django.utils import timezone as dj_timezone
 
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.models import Task
-from django_posixcron.timing import first_cursor
+from django_posixcron.timing import first_cursor, zone
 
 logger = logging.getLogger(__name__)
 
@@ -101,18 +101,35 @@ class Plan:
             "unchanged": len(self.unchanged),
         }
 
-    def summary(self) -> str:
+    def summary(self, *, pending: bool = False) -> str:
+        """Return the counts as a sentence: what was done, or (pending) what would be."""
         counts = self.counts()
+        if pending:
+            words = {
+                "created": "to create",
+                "updated": "to update",
+                "restored": "to restore",
+                "retired": "to retire",
+                "unchanged": "unchanged",
+            }
+            text = ", ".join(f"{n} {words[word]}" for word, n in counts.items())
+            return f"Reconciling {len(self.declarations)} declared tasks would leave: {text}."
         text = ", ".join(f"{n} {word}" for word, n in counts.items())
         return f"Reconciled {len(self.declarations)} declared tasks: {text}."
 
-    def lines(self) -> list[str]:
+    def lines(self, *, pending: bool = False) -> list[str]:
         """Return one human-readable line per change, then the summary."""
-        return [*(c.line for c in self.changes), self.summary()]
+        return [*(c.line for c in self.changes), self.summary(pending=pending)]
 
 
-def _iso(instant: dt.datetime | None) -> str:
-    return "never" if instant is None else instant.isoformat()
+def _iso(instant: dt.datetime | None, tz: str) -> str:
+    """Return the instant in the task's own zone, as the schedule reads it."""
+    if instant is None:
+        return "never"
+    try:
+        return instant.astimezone(zone(tz)).isoformat()
+    except (ValueError, LookupError):
+        return instant.isoformat()
 
 
 def _new_task(declaration: TaskDeclaration, now: dt.datetime) -> Task:
@@ -151,7 +168,7 @@ def plan(
                     details=(
                         f"schedule {task.schedule!r} in {task.timezone}",
                         f"callable {task.callable_path}",
-                        f"next run {_iso(task.next_run_at)}",
+                        f"next run {_iso(task.next_run_at, task.timezone)}",
                     ),
                 )
             )
@@ -212,7 +229,7 @@ def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change
         task.next_run_at = first_cursor(declaration.schedule, declaration.timezone, now)
         task.due_at = task.compute_due_at()
         fields += ["next_run_at", "due_at"]
-        details.append(f"next run {_iso(task.next_run_at)}")
+        details.append(f"next run {_iso(task.next_run_at, task.timezone)}")
     task.updated_at = now
     return Change(
         "task_restored" if restoring else "task_updated",

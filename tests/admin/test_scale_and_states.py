@@ -215,3 +215,26 @@ def test_a_dead_process_that_still_owns_a_running_run_is_kept(superuser):
     make_run(make_task(), status=RunStatus.RUNNING, process=dead)
     url = reverse("admin:django_posixcron_schedulerprocess_delete", args=[dead.pk])
     assert client_for(superuser).post(url, {"post": "yes"}).status_code == 403
+
+
+def test_times_off_the_minute_show_their_seconds(superuser):
+    task = make_task(name="flaky", timezone="UTC")
+    failed_at = dt.datetime(2026, 11, 22, 15, 15, tzinfo=dt.UTC)
+    make_run(task, status=RunStatus.FAILED, scheduled_for=failed_at, started_at=failed_at)
+    make_run(
+        task,
+        trigger=Trigger.RETRY,
+        scheduled_for=failed_at + dt.timedelta(seconds=20),
+        started_at=failed_at + dt.timedelta(seconds=20, microseconds=30757),
+    )
+    html = client_for(superuser).get(RUNS).content.decode()
+    assert "2026-11-22 15:15 UTC" in html  # the cron occurrence, on the minute
+    assert "2026-11-22 15:15:20 UTC" in html  # its retry, 20 s later
+
+
+def test_relative_times_under_a_minute_count_seconds():
+    now = timezone.now()
+    assert posixcron_admin._relative(now + dt.timedelta(seconds=20), now) == "in 20 seconds"
+    assert posixcron_admin._relative(now - dt.timedelta(seconds=1), now) == "1 second ago"
+    assert posixcron_admin._relative(now, now) == "now"
+    assert posixcron_admin._relative(now + dt.timedelta(minutes=3), now) == "in 3\xa0minutes"

@@ -25,6 +25,16 @@ def test_empty():
     ]
 
 
+def test_pending_lines_say_what_would_happen():
+    result = plan(declare(a=task("15 3 * * *", timezone="Asia/Kolkata")), [], NOW)
+    assert result.lines(pending=True) == [
+        "new task 'a': schedule '15 3 * * *' in Asia/Kolkata; callable tests.testapp.jobs.noop; "
+        "next run 2030-01-08T03:15:00+05:30",
+        "Reconciling 1 declared tasks would leave: 1 to create, 0 to update, 0 to restore, "
+        "0 to retire, 0 unchanged.",
+    ]
+
+
 def test_create():
     declarations = declare(b=task("0 4 * * *"), a=task("15 3 * * *", description="x"))
     result = plan(declarations, [], NOW)

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.processes.conftest import Schedulers, record_task, task
+from tests.processes.conftest import Schedulers, only_on, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -43,6 +43,8 @@ def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     before = schedulers.run("--check")
     assert before.returncode == 1, before.stdout + before.stderr
     assert "nightly" in before.stdout + before.stderr
+    assert "Reconciling 1 declared tasks would leave: 1 to create, 0 to update" in before.stdout
+    assert "Reconciled" not in before.stdout
     assert not Task.objects.exists(), "--check must change nothing"
 
     assert schedulers.run("--once").returncode == 0
@@ -148,3 +150,17 @@ def test_an_unmigrated_database_is_refused_with_the_command_to_run(
     finally:
         for app, name in ours:
             recorder.record_applied(app, name)
+
+
+def test_an_empty_database_gets_the_migrate_command_from_both_commands(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    only_on("sqlite", why="an empty database is a new file there")
+    schedulers.configure(
+        {"minutely": record_task("minutely", "* * * * *")}, db_name=str(tmp_path / "empty.db")
+    )
+    for result in (schedulers.run("--once"), schedulers.manage("schedulerstatus")):
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "lacks django_posixcron migrations" in result.stderr
+        assert "run `manage.py migrate` first" in result.stderr
+        assert "Traceback" not in result.stderr

@@ -45,6 +45,24 @@ def test_bad_arguments_are_refused(args, message):
         run(*args)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_frequency_guard_applies_to_the_poll_interval_option(posixcron):
+    posixcron(
+        {
+            "minutely": {"schedule": "* * * * *", "callable": "tests.testapp.jobs.noop"},
+            "hourly": {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.noop"},
+        }
+    )
+    with pytest.raises(CommandError) as refused:
+        run("--once", "--poll-interval", "90")
+    message = str(refused.value)
+    assert message.startswith("--poll-interval 90 is longer than the shortest interval")
+    assert "minutely (* * * * *)" in message
+    assert "hourly" not in message
+    assert "posixcron.E024" in message
+    run("--once", "--poll-interval", "60")  # exactly the shortest interval is fine
+
+
 def test_it_refuses_to_start_on_system_check_errors(posixcron):
     posixcron({"broken": {"schedule": "*/5 * * * *", "callable": "tests.testapp.jobs.noop"}})
     with pytest.raises(SystemCheckError):

@@ -108,6 +108,24 @@ def checked_declarations() -> dict[str, TaskDeclaration]:
     return declarations
 
 
+def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: float) -> None:
+    """Apply the frequency guard (posixcron.E024) to --poll-interval as to the setting."""
+    from django_posixcron.cron import CronExpression
+
+    too_often = sorted(
+        f"{name} ({declaration.schedule})"
+        for name, declaration in declarations.items()
+        if CronExpression(declaration.schedule).min_interval.total_seconds() < poll_interval
+    )
+    if too_often:
+        raise CommandError(
+            f"--poll-interval {poll_interval:g} is longer than the shortest interval between "
+            f"occurrences of {', '.join(too_often)}. The frequency guard applies to it as to "
+            "POSIXCRON['POLL_INTERVAL'] (posixcron.E024): use a poll interval of at most the "
+            "shortest interval of every task, or schedule those tasks less often."
+        )
+
+
 def check_migrated() -> None:
     """Refuse a database that lacks this app's migrations, naming the command to run."""
     from django.db.migrations.executor import MigrationExecutor
@@ -182,6 +200,8 @@ class Command(BaseCommand):
         # by check_database_support() once it answers.
         self.check(display_num_errors=False, databases=[])
         declarations = checked_declarations()
+        if options["poll_interval"] is not None:
+            check_frequency(declarations, options["poll_interval"])
 
         if options["check"]:
             try:
@@ -193,7 +213,7 @@ class Command(BaseCommand):
             if plan.is_empty:
                 self.stdout.write("The database matches settings: nothing to reconcile.")
                 return
-            for line in plan.lines():
+            for line in plan.lines(pending=True):
                 self.stdout.write(line)
             raise CommandError("The database differs from settings (see above).", returncode=1)
 

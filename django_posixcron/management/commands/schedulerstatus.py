@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -14,6 +15,7 @@ from django.db import DatabaseError, connection
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import poll_interval_or_default
+from django_posixcron.management.commands.runscheduler import check_migrated
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
 
 UTC = dt.UTC
@@ -160,7 +162,10 @@ class Command(BaseCommand):
                 ignore_overdue=options["ignore_overdue"],
             )
         except DatabaseError as exc:
-            # A probe wants a one-line answer, not a traceback.
+            # A probe wants a one-line answer, not a traceback. A missing table is a missed
+            # deploy step, not an outage: say which.
+            with contextlib.suppress(DatabaseError):
+                check_migrated()
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CommandError(f"database unavailable: {detail}", returncode=1) from exc
         if options["json"]:
