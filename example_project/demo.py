@@ -2,18 +2,21 @@
 
     python example_project/demo.py [--port 8000] [--schedulers 1]
 
-Migrates the database (SQLite file example_project/db.sqlite3 unless DATABASE_URL says
-otherwise), creates the demo admin login admin / admin (development only), then starts
-``runserver`` and ``runscheduler`` as child processes and prints their output line by line,
-prefixed with [web] and [scheduler]. Ctrl-C stops both cleanly and exits 0.
+Exits 1 at once, with a message, if the port is already taken. Otherwise migrates the
+database (SQLite file example_project/db.sqlite3 unless DATABASE_URL says otherwise), creates
+the demo admin login admin / admin (development only), then starts ``runserver`` and
+``runscheduler`` as child processes and prints their output line by line, prefixed with [web]
+and [scheduler]. Ctrl-C stops both cleanly and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -85,25 +88,66 @@ def run_step(prefix: str, args: list[str], env: dict[str, str]) -> None:
         sys.exit(code)
 
 
+def another_port(port: int) -> str:
+    """How to run the demo on another port, as a make command line."""
+    return f'make demo DEMO_ARGS="--port {port + 1 if port < 65535 else 8001}"'
+
+
+def port_problem(port: int) -> str | None:
+    """Return why runserver could not listen on 127.0.0.1:port, or None if it is free.
+
+    Asked before anything starts: otherwise the readiness probe below would get its answer
+    from whatever server already holds the port, and announce an admin that is not ours.
+    SO_REUSEADDR as runserver sets it, so a port left in TIME_WAIT by a previous run is free.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                why = "is already in use, probably by another server; stop it or"
+            else:
+                why = f"cannot be used ({exc.strerror});"
+            return f"Port {port} on 127.0.0.1 {why} choose another port: {another_port(port)}"
+    return None
+
+
+def tcp_port(text: str) -> int:
+    """Parse --port (or DEMO_PORT): an int from 1 to 65535."""
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (1 to 65535)")
+    return port
+
+
 def wait_until_answering(url: str, children: list[Child], stop: threading.Event) -> bool:
-    """Return True once url answers at all (any HTTP status), False if stopped or a child died."""
+    """Return True once url answers at all (any HTTP status), False if stopped or a child died.
+
+    The children are looked at before every probe, and the web child again after an answer:
+    once runserver has exited, an answer can only come from some other server on the port.
+    """
     deadline = time.monotonic() + READY_TIMEOUT
+    web = children[0]
     while time.monotonic() < deadline and not stop.is_set():
         if any(child.process.poll() is not None for child in children):
             return False
         try:
             with urllib.request.urlopen(url, timeout=2):
-                return True
+                pass
         except urllib.error.HTTPError:
-            return True
+            pass
         except OSError:
             stop.wait(0.2)
+            continue
+        return web.process.poll() is None
     return False
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")))
+    # A str default goes through tcp_port too, so a bad DEMO_PORT is a usage error.
+    parser.add_argument("--port", type=tcp_port, default=os.environ.get("DEMO_PORT", "8000"))
     parser.add_argument(
         "--schedulers",
         type=int,
@@ -111,6 +155,11 @@ def main() -> int:
         help="runscheduler processes to start side by side (use PostgreSQL for more than one)",
     )
     args = parser.parse_args()
+
+    problem = port_problem(args.port)
+    if problem is not None:
+        say("demo", problem)
+        return 1
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if not env.get("SECRET_KEY"):
@@ -153,6 +202,11 @@ def main() -> int:
         crashed = next((c for c in children if c.process.poll() is not None), None)
         if crashed is not None:
             say("demo", f"{crashed.prefix} exited with code {crashed.process.returncode}.")
+            if crashed is children[0]:
+                say(
+                    "demo",
+                    f"If port {args.port} is taken, choose another: {another_port(args.port)}",
+                )
             break
         stop.wait(0.5)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import doctest
+import json
 import re
+import subprocess
 import sys
 import textwrap
 import types
@@ -37,7 +39,8 @@ def code_blocks(path: Path, language: str) -> list[str]:
 
 def quickstart_namespace() -> dict[str, object]:
     """Execute the quickstart's Python blocks, in order, in one settings-like namespace."""
-    namespace: dict[str, object] = {}
+    # What the top of a settings module made by startproject defines, and the blocks use.
+    namespace: dict[str, object] = {"BASE_DIR": Path("/srv/mysite")}
     for block in code_blocks(DOCS / "quickstart.rst", "python"):
         if "def " in block:
             continue  # the task module, executed by quickstart_task_module
@@ -68,6 +71,46 @@ def test_quickstart_installs_the_app_with_time_zone_support():
     namespace = quickstart_namespace()
     assert "django_posixcron" in namespace["INSTALLED_APPS"]  # type: ignore[operator]
     assert namespace["USE_TZ"] is True
+
+
+def test_quickstart_sqlite_database_uses_immediate_transactions():
+    databases = quickstart_namespace()["DATABASES"]
+    default = databases["default"]  # type: ignore[index]
+    assert default["ENGINE"] == "django.db.backends.sqlite3"
+    assert default["NAME"] == Path("/srv/mysite/db.sqlite3")
+    assert default["OPTIONS"] == {"transaction_mode": "IMMEDIATE"}
+    text = (DOCS / "quickstart.rst").read_text()
+    assert "posixcron.W001" in text
+    assert "database is locked" in text
+
+
+def test_quickstart_logging_shows_the_schedulers_info_lines():
+    """Configured the way Django does it, the LOGGING example prints INFO, not DEBUG."""
+    logging_setting = quickstart_namespace()["LOGGING"]
+    program = textwrap.dedent(
+        """
+        import json, logging, sys
+        import django
+        from django.conf import settings
+
+        settings.configure(LOGGING=json.load(sys.stdin))
+        django.setup()
+        logger = logging.getLogger("django_posixcron.scheduler")
+        logger.info("run started task=visible")
+        logger.debug("a debug line")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        input=json.dumps(logging_setting),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "run started task=visible" in result.stderr
+    assert "a debug line" not in result.stderr + result.stdout
 
 
 def test_quickstart_declaration_is_valid(quickstart_task_module):

@@ -99,6 +99,31 @@ def answers(url: str) -> bool:
         return False
 
 
+def test_demo_refuses_a_port_another_server_holds(env, tmp_path):
+    with socket.socket() as other_server:
+        other_server.bind(("127.0.0.1", 0))
+        other_server.listen()
+        port = int(other_server.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "example_project" / "demo.py"), "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert f"Port {port} on 127.0.0.1 is already in use" in output
+    assert 'choose another port: make demo DEMO_ARGS="--port ' in output
+    assert "The admin is at" not in output
+    # Refused before anything started: not even the migration ran.
+    assert "[setup]" not in output
+    assert not (tmp_path / "example.sqlite3").exists()
+
+
 @pytest.mark.slow
 def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
     port = free_port()
