@@ -66,7 +66,12 @@ def _time_phrase(minutes: Values, hours: Values) -> str:
 
 def _day_phrase(doms: Values, months: Values, dows: Values) -> str:
     parts: list[str] = []
-    if doms is not None and months is not None and len(doms) == 1 and len(months) == 1:
+    # "On February 29" only when no weekday is an alternative: "on February 29 or on Monday"
+    # would read as every Monday of the year, but the month restricts the Mondays too.
+    single_date = doms is not None and months is not None and len(doms) == len(months) == 1
+    if single_date and dows is None:
+        assert doms is not None
+        assert months is not None
         date = f"on {_month(months[0])} {doms[0]}"
         months = None
     else:

@@ -96,11 +96,12 @@ class CronExpression:
     _cache: dict[str, CronExpression] = {}
 
     def __new__(cls, expression: str) -> CronExpression:
+        if not isinstance(expression, str):
+            # Before the cache lookup: a list would fail there as "unhashable".
+            raise TypeError(f"a cron expression is a str, not {type(expression).__name__}")
         cached = cls._cache.get(expression) if cls is CronExpression else None
         if cached is not None:
             return cached
-        if not isinstance(expression, str):
-            raise TypeError(f"a cron expression is a str, not {type(expression).__name__}")
         self = super().__new__(cls)
         self._parse(expression)
         if cls is CronExpression:
@@ -298,6 +299,12 @@ class CronExpression:
         if tz is not None and type(tz) is not dt.timezone:
             offset = tz.utcoffset(when)
             if offset is not None:
+                if when.fold:
+                    # A wall time in a spring-forward gap with fold=1 names the instant
+                    # *before* the gap (Python reads it with the later offset): search from
+                    # that instant's own wall time, not from fields that are past it.
+                    when = tz.fromutc(when - offset)
+                    offset = tz.utcoffset(when) or offset
                 return self._next_zoned(when, tz, offset)
         found = self._at_or_after(when.year, when.month, when.day, when.hour, when.minute + 1)
         if tz is None:

@@ -171,3 +171,29 @@ def test_aware_results_are_instants_not_wall_clock_arithmetic():
         instants.append(current.astimezone(dt.UTC))
     steps = {b - a for a, b in itertools.pairwise(instants)}
     assert steps == {dt.timedelta(minutes=1)}
+
+
+@pytest.mark.parametrize(
+    ("text", "zone", "wall", "expected"),
+    [
+        # 02:30 with fold=1 does not exist in Berlin on 2026-03-29: Python reads it with the
+        # later offset, which makes it 01:30 CET, before the gap. "Strictly after" that instant.
+        ("45 1 * * *", "Europe/Berlin", "2026-03-29T02:30", "2026-03-29T01:45:00+01:00"),
+        ("* * * * *", "Europe/Berlin", "2026-03-29T02:30", "2026-03-29T01:31:00+01:00"),
+        ("30 2 * * *", "Europe/Berlin", "2026-03-29T02:30", "2026-03-29T03:00:00+02:00"),
+        ("0,40 1 * * *", "America/New_York", "2026-03-08T02:30", "2026-03-08T01:40:00-05:00"),
+        ("50 23 * * *", "America/Havana", "2026-03-08T00:30", "2026-03-07T23:50:00-05:00"),
+        ("* * * * *", "Australia/Lord_Howe", "2026-10-04T02:15", "2026-10-04T01:46:00+10:30"),
+        # In a repeated hour fold=1 is the second pass, as ever.
+        ("0 * * * *", "Europe/Berlin", "2026-10-25T02:30", "2026-10-25T03:00:00+01:00"),
+    ],
+)
+def test_a_gap_time_with_fold_1_is_the_instant_before_the_gap(text, zone, wall, expected):
+    tz = ZoneInfo(zone)
+    when = dt.datetime.fromisoformat(wall).replace(tzinfo=tz, fold=1)
+    found = CronExpression(text).next_after(when)
+    assert found.isoformat() == expected
+    assert found.tzinfo is tz
+    # The same instant written canonically gives the same answer.
+    canonical = when.astimezone(dt.UTC).astimezone(tz)
+    assert CronExpression(text).next_after(canonical) == found

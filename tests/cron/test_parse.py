@@ -56,9 +56,11 @@ def test_repr_pickle_and_copy():
     assert pickle.loads(pickle.dumps(expression)) == expression
 
 
-def test_not_a_string():
-    with pytest.raises(TypeError, match="a cron expression is a str, not int"):
-        CronExpression(5)  # type: ignore[arg-type]
+@pytest.mark.parametrize(("value", "name"), [(5, "int"), (["* * * * *"], "list"), ({}, "dict")])
+def test_not_a_string(value, name):
+    # Unhashable values too: the type is checked before the parse cache is consulted.
+    with pytest.raises(TypeError, match=f"a cron expression is a str, not {name}"):
+        CronExpression(value)
 
 
 @pytest.mark.parametrize(

@@ -191,6 +191,12 @@ def test_min_interval_agrees_with_walking_a_whole_cycle(text):
             "0 0 * 6,12 1,3,5",
             "At 00:00, on Monday, Wednesday and Friday, only in June and December",
         ),
+        # The month restricts the weekday alternative too: not "on February 29 or on Monday".
+        ("0 0 29 2 1", "At 00:00, on day 29 of the month or on Monday, only in February"),
+        (
+            "30 2 1 1 1-5",
+            "At 02:30, on day 1 of the month or on Monday through Friday, only in January",
+        ),
     ],
 )
 def test_describe(text, description):
