@@ -627,34 +627,28 @@ class TaskAdmin(TaskAdminBase):
         )
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        def change(task: Task) -> str:
-            task.pause()
-            logger.info(
-                "Task paused from the admin task=%s user=%s",
-                task.name,
-                request.user.get_username(),
-                extra={"action": "admin_pause"},
-            )
-            self.message_user(
-                request, gettext("Paused %(task)s.") % {"task": task.name}, messages.SUCCESS
-            )
-            return gettext("Paused.")
-
-        return self._state_change(request, object_id, self.has_pause_permission, change)
+        return self._pause_view(request, object_id, paused=True)
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._pause_view(request, object_id, paused=False)
+
+    def _pause_view(self, request: HttpRequest, object_id: str, *, paused: bool) -> HttpResponse:
         def change(task: Task) -> str:
-            task.resume()
+            if paused:
+                task.pause()
+                done, history = gettext("Paused %(task)s."), gettext("Paused.")
+            else:
+                task.resume()
+                done, history = gettext("Resumed %(task)s."), gettext("Resumed.")
             logger.info(
-                "Task resumed from the admin task=%s user=%s",
+                "Task %s from the admin task=%s user=%s",
+                "paused" if paused else "resumed",
                 task.name,
                 request.user.get_username(),
-                extra={"action": "admin_resume"},
+                extra={"action": "admin_pause" if paused else "admin_resume"},
             )
-            self.message_user(
-                request, gettext("Resumed %(task)s.") % {"task": task.name}, messages.SUCCESS
-            )
-            return gettext("Resumed.")
+            self.message_user(request, done % {"task": task.name}, messages.SUCCESS)
+            return history
 
         return self._state_change(request, object_id, self.has_pause_permission, change)
 

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -1026,31 +1026,29 @@ class Scheduler:
 
     def run(self) -> None:
         """Tick until asked to stop, then wait for running tasks and return."""
-        self._install_signal_handlers()
-        try:
+        with self._serving():
             while not self.stopping:
                 self._wake.clear()
                 wake_in = self._safe_tick()
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)
-        finally:
-            try:
-                self.shutdown()
-            finally:
-                self._restore_signal_handlers()
-                # This thread's connection would otherwise outlive the loop it served.
-                connections.close_all()
 
     def run_once(self) -> TickResult:
         """Tick once, wait for the runs it started, record their outcomes, stop."""
-        self._install_signal_handlers()
-        try:
+        with self._serving():
             if self.process is None:
                 self.start()
             result = self.tick()
             while not self.stopping and not self.wait_idle(self.heartbeat_every):
                 self._keep_alive()
             return result
+
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        """Handle signals while serving; then shut down, whatever ended it."""
+        self._install_signal_handlers()
+        try:
+            yield
         finally:
             try:
                 self.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime as dt
@@ -15,21 +14,13 @@ from django.db import DatabaseError, connection
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.management.commands.runscheduler import check_migrated
+from django_posixcron.management.commands.runscheduler import (
+    check_migrated,
+    non_negative_float,
+)
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
 
 UTC = dt.UTC
-
-
-def non_negative_float(value: str) -> float:
-    """Parse a number of seconds, zero allowed."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
-    return number
 
 
 def database_now() -> dt.datetime:
