@@ -9,7 +9,8 @@ each candidate period between the first and the last run is asked `EXISTS` over 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import inspect
+from typing import Any, cast
 
 from django import template
 from django.contrib.admin.templatetags.base import InclusionAdminNode
@@ -118,13 +119,22 @@ def posixcron_date_hierarchy(cl: Any) -> dict[str, Any]:
     }
 
 
+# Django 6.1 gave InclusionAdminNode a leading `name` argument (for its error messages).
+_NODE_TAKES_NAME = "name" in inspect.signature(InclusionAdminNode.__init__).parameters
+
+
 @register.tag(name="posixcron_date_hierarchy")
 def posixcron_date_hierarchy_tag(parser: Any, token: Any) -> InclusionAdminNode:
-    # django-stubs gives InclusionAdminNode a leading `name` argument Django does not have.
-    return InclusionAdminNode(  # type: ignore[call-arg]
-        parser,
-        token,
-        func=posixcron_date_hierarchy,
-        template_name="date_hierarchy.html",
-        takes_context=False,
+    args: tuple[Any, ...] = (parser, token)
+    if _NODE_TAKES_NAME:
+        args = ("posixcron_date_hierarchy", *args)
+    node: Any = InclusionAdminNode  # its stubs follow one Django version's signature
+    return cast(
+        InclusionAdminNode,
+        node(
+            *args,
+            func=posixcron_date_hierarchy,
+            template_name="date_hierarchy.html",
+            takes_context=False,
+        ),
     )
