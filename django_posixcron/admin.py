@@ -12,7 +12,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import F, Q, QuerySet
+from django.db.models import QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -37,6 +37,7 @@ from django_posixcron.models import (
     RunStatus,
     SchedulerProcess,
     Task,
+    TaskQuerySet,
 )
 from django_posixcron.scheduler import stale_after
 from django_posixcron.timing import expression, occurrences, zone
@@ -201,10 +202,7 @@ class LastStatusFilter(admin.SimpleListFilter):
         if value == "never":
             return queryset.filter(last_run_started_at__isnull=True)
         if value == "running":
-            return queryset.filter(last_run_started_at__isnull=False).filter(
-                Q(last_run_finished_at__isnull=True)
-                | Q(last_run_finished_at__lt=F("last_run_started_at"))
-            )
+            return cast(TaskQuerySet, queryset).running()
         if value not in RunStatus.values:
             raise IncorrectLookupParameters(value)
         return queryset.filter(last_run_status=value)
@@ -229,6 +227,30 @@ class HealthFilter(admin.SimpleListFilter):
         return queryset
 
 
+DEFINITION_FIELDS = (
+    "name",
+    "schedule_display",
+    "timezone",
+    "callable_path",
+    "kwargs",
+    "retry_delay",
+    "overlap",
+    "timeout",
+    "description",
+    "definition_hash",
+)
+STATE_FIELDS = (
+    "state_display",
+    "last_run_display",
+    "next_run_display",
+    "retry_display",
+    "run_requested_display",
+    "due_at",
+    "created_at",
+    "updated_at",
+)
+
+
 @admin.register(Task)
 class TaskAdmin(TaskAdminBase):
     list_display = (
@@ -246,59 +268,11 @@ class TaskAdmin(TaskAdminBase):
     list_per_page = 100
     actions = ("pause_selected", "resume_selected", "run_selected")
     fieldsets = (
-        (
-            _("Definition (from settings)"),
-            {
-                "fields": (
-                    "name",
-                    "schedule_display",
-                    "timezone",
-                    "callable_path",
-                    "kwargs",
-                    "retry_delay",
-                    "overlap",
-                    "timeout",
-                    "description",
-                    "definition_hash",
-                )
-            },
-        ),
-        (
-            _("State"),
-            {
-                "fields": (
-                    "state_display",
-                    "last_run_display",
-                    "next_run_display",
-                    "retry_display",
-                    "run_requested_display",
-                    "due_at",
-                    "created_at",
-                    "updated_at",
-                )
-            },
-        ),
+        (_("Definition (from settings)"), {"fields": DEFINITION_FIELDS}),
+        (_("State"), {"fields": STATE_FIELDS}),
     )
-    readonly_fields = (
-        "name",
-        "schedule_display",
-        "timezone",
-        "callable_path",
-        "kwargs",
-        "retry_delay",
-        "overlap",
-        "timeout",
-        "description",
-        "definition_hash",
-        "state_display",
-        "last_run_display",
-        "next_run_display",
-        "retry_display",
-        "run_requested_display",
-        "due_at",
-        "created_at",
-        "updated_at",
-    )
+    # Every field on the task page is read-only: definitions come from settings.
+    readonly_fields = DEFINITION_FIELDS + STATE_FIELDS
 
     class Media:
         css = {"all": ("django_posixcron/admin.css",)}

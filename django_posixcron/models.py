@@ -59,6 +59,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def retired(self) -> TaskQuerySet:
         return self.filter(declared=False)
 
+    def running(self) -> TaskQuerySet:
+        """Tasks with a run started since their last one finished (see Task.is_running)."""
+        return self.filter(last_run_started_at__isnull=False).filter(
+            models.Q(last_run_finished_at__isnull=True)
+            | models.Q(last_run_finished_at__lt=models.F("last_run_started_at"))
+        )
+
     def due(self, now: dt.datetime | None = None) -> TaskQuerySet:
         """Active tasks whose due time has come (by default, now on this host's clock)."""
         return self.active().filter(due_at__lte=dj_timezone.now() if now is None else now)

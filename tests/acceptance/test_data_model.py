@@ -102,7 +102,17 @@ def test_querysets_are_named_after_states(posixcron):
     now = timezone.now()
     Task.objects.filter(name__in=["due-now", "held"]).update(due_at=now - dt.timedelta(hours=1))
     Task.objects.filter(name="held").update(paused=True)
-    Task.objects.filter(name="broken").update(last_run_status="timed_out")
+    Task.objects.filter(name="broken").update(
+        last_run_status="timed_out",
+        last_run_started_at=now - dt.timedelta(hours=2),
+        last_run_finished_at=now - dt.timedelta(hours=1),
+    )
+    # A run started since the last one finished: what the claim leaves until the outcome.
+    Task.objects.filter(name="later").update(
+        last_run_status="succeeded",
+        last_run_started_at=now - dt.timedelta(minutes=1),
+        last_run_finished_at=now - dt.timedelta(days=1),
+    )
     posixcron({name: record(name, "0 0 1 1 *") for name in ("due-now", "later", "held", "broken")})
     reconcile(now=T0)
 
@@ -116,3 +126,6 @@ def test_querysets_are_named_after_states(posixcron):
     assert names(Task.objects.retired()) == {"gone"}
     assert names(Task.objects.failing()) == names(Task.objects.failed()) == {"broken"}
     assert names(Task.objects.active()) == {"due-now", "later", "broken"}
+    assert names(Task.objects.running()) == {"later"}
+    assert Task.objects.get(name="later").is_running
+    assert not Task.objects.get(name="broken").is_running
