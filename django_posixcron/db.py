@@ -1,0 +1,75 @@
+"""The database the app's rows live on, and the one clock due-ness is judged by.
+
+"Every query of the app, in the scheduler, the admin and the commands, goes to the alias the
+project's DATABASE_ROUTERS choose for the app's models (`default` without routers);
+`runscheduler --database ALIAS` and `schedulerstatus --database ALIAS` override it."
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db.models import DateTimeField, Func
+from django.utils import timezone as dj_timezone
+
+UTC = dt.UTC
+
+
+def app_alias(override: str | None = None) -> str:
+    """Return the alias the app's rows live on: `override`, else the routers' choice.
+
+    The routers are asked for writes to Task; the app's three models live together (a run
+    references its task and its process), so one answer holds for all of them.
+    """
+    if override:
+        return override
+    from django_posixcron.models import Task
+
+    return router.db_for_write(Task) or DEFAULT_DB_ALIAS
+
+
+class DatabaseNow(Func):
+    """The database server's current instant, as UTC: the clock due-ness is judged by."""
+
+    template = "CURRENT_TIMESTAMP"
+    output_field = DateTimeField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Not CURRENT_TIMESTAMP: on PostgreSQL that is the start of the transaction.
+        return self.as_sql(compiler, connection, template="STATEMENT_TIMESTAMP()", **extra)
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Not CURRENT_TIMESTAMP(6): that follows the session time zone, which Django leaves as
+        # the server's; UTC_TIMESTAMP is UTC whatever the server is configured with.
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra)
+
+
+_CLOCK_SQL = {
+    "postgresql": "SELECT STATEMENT_TIMESTAMP()",
+    "mysql": "SELECT UTC_TIMESTAMP(6)",
+}
+
+
+def has_clock(using: str) -> bool:
+    """Return whether due-ness is judged by the database's clock (SQLite has none)."""
+    return connections[using].vendor in _CLOCK_SQL
+
+
+def database_now(using: str) -> dt.datetime:
+    """Return the database's current UTC instant; this host's clock where it has none.
+
+    "Whether a task is due is judged by the database's clock where the backend has one
+    (PostgreSQL, MariaDB), so a host whose clock runs minutes ahead never fires early."
+    """
+    connection = connections[using]
+    sql = _CLOCK_SQL.get(connection.vendor)
+    if sql is None:
+        return dj_timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        value: dt.datetime = cursor.fetchone()[0]
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
