@@ -101,6 +101,8 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
+    def kill_all(self) -> None: ...
+
 
 class ThreadExecutor:
     """Run jobs in a pool of daemon threads, at most `concurrency` at once.
@@ -175,6 +177,9 @@ class ThreadExecutor:
             idle = self._idle
         for _ in range(idle):
             self._jobs.put(None)
+
+    def kill_all(self) -> None:
+        """Stop every running call at once; threads cannot be stopped, so nothing happens."""
 
     def release(self, key: int) -> None:
         """Free the slot of `key` now, whether or not its thread has returned."""
@@ -294,6 +299,17 @@ class ProcessExecutor(ThreadExecutor):
             )
         if result[0] != "ok":
             raise TaskCodeError(result[1], result[2])
+
+    def kill_all(self) -> None:
+        """Kill every run's process now (the forced exit) and reap it."""
+        with self._cond:
+            processes = list(self._processes.values())
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.kill()
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.join(1.0)
 
     def release(self, key: int) -> None:
         """Free the slot and have the run's process stopped if it is still running."""
