@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from example_project.demo import time_to_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = [sys.executable, str(ROOT / "example_project" / "manage.py")]
@@ -124,9 +128,70 @@ def test_demo_refuses_a_port_another_server_holds(env, tmp_path):
     assert not (tmp_path / "example.sqlite3").exists()
 
 
+def test_demo_counts_its_start_from_make_demo_when_told_when_that_was():
+    said = time_to_ready(1_000_042.4, {"DEMO_STARTED": "1000000"})
+    assert said == "Set up and started in 42 s (since 'make demo' began)."
+    # Started by hand, or a value that is no time: counted from demo.py's own start.
+    for environ in ({}, {"DEMO_STARTED": "soon"}, {"DEMO_STARTED": "2000000"}):
+        assert time_to_ready(1_000_042.4, environ).startswith("Started in "), environ
+
+
+def make(venv: Path, *args: str, database_url: str = "") -> str:
+    """Run make in the checkout on the virtual environment venv; return what it printed."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed here")
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        # Not the flags of a make that started this suite (make test).
+        if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "DATABASE_URL")
+    }
+    if database_url:
+        environment["DATABASE_URL"] = database_url
+    result = subprocess.run(
+        ["make", f"VENV={venv}", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_make_demo_installs_only_the_demo_and_make_test_still_installs_everything(tmp_path):
+    venv = tmp_path / "venv"
+    demo_only = f"scripts/bootstrap.py --demo sqlite {venv}"
+    everything = f"scripts/bootstrap.py {venv}\n"
+    assert demo_only in make(venv, "-n", "demo")
+    assert everything not in make(venv, "-n", "demo")
+    # The demo's driver follows DATABASE_URL.
+    postgres = make(venv, "-n", "demo", database_url="postgres://postgres@127.0.0.1/x")
+    assert f"scripts/bootstrap.py --demo postgres {venv}" in postgres
+    assert "--demo mysql" in make(venv, "-n", "demo", database_url="mysql://root@127.0.0.1/x")
+
+    # After make demo's install (its recipe, with a Python that installs nothing)...
+    venv.mkdir()
+    make(venv, f"{venv}/.installed-demo-sqlite", "PYTHON=true")
+    assert (venv / ".installed-demo-sqlite").exists()
+    assert "bootstrap.py" not in make(venv, "-n", "demo")
+    # ...make test still installs the whole toolchain, and after that the demo is set up on
+    # SQLite and PostgreSQL too.
+    assert everything in make(venv, "-n", "test")
+    make(venv, f"{venv}/.installed", "PYTHON=true")
+    assert "bootstrap.py" not in make(venv, "-n", "test")
+    assert "bootstrap.py" not in make(
+        venv, "-n", "demo", database_url="postgres://postgres@127.0.0.1/x"
+    )
+
+
 @pytest.mark.slow
 def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
     port = free_port()
+    # As make demo passes it: the demo counts from there.
+    env["DEMO_STARTED"] = str(int(time.time()) - 100)
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "example_project" / "demo.py"), "--port", str(port)],
         env=env,
@@ -162,6 +227,11 @@ def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
         output = "".join(lines)
         assert code == 0, output
         assert "login admin / admin" in output
+        took = re.search(
+            r"\[demo\] Set up and started in (\d+) s \(since 'make demo' began\)\.", output
+        )
+        assert took is not None, output
+        assert 100 <= int(took.group(1)) < 100 + 2 * TIMEOUT, output
         assert "[web] " in output
         assert "[scheduler] " in output
         assert "[demo] web stopped (exit code 0)." in output
