@@ -7,7 +7,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 
 # One stamp per set of packages, so that `make demo` installs only what the example project
-# needs (a tenth of the toolchain) and a `make test` after it still installs everything.
+# needs (80 MB of the 500) and a `make test` after it still installs everything.
 STAMP := $(VENV)/.installed
 # The demo's database driver follows the scheme of DATABASE_URL: none for SQLite, the default.
 DEMO_DB := $(if $(filter postgres% psql% pgsql% postgis%,$(DATABASE_URL)),postgres,$(if \
