@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
 from django_posixcron.declarations.table import Validator
@@ -15,7 +15,7 @@ from django_posixcron.declarations.table import Validator
 MAX_DELAY = dt.timedelta(days=366)
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """Return whether value is an int or a float; bool is an int, but `True` is a typo."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -26,7 +26,6 @@ def as_delay(value: object) -> dt.timedelta | None:
         return value if dt.timedelta(0) < value <= MAX_DELAY else None
     if not is_number(value):
         return None
-    assert isinstance(value, int | float)
     # Compared as numbers before any conversion: timedelta(seconds=1e20) and float(10**400)
     # raise OverflowError. NaN fails `> 0`.
     if not 0 < value <= MAX_DELAY.total_seconds():
@@ -57,7 +56,7 @@ def _above(value: object, limit: float) -> bool:
     """Return whether value is a number (or timedelta) above `limit` seconds, inf included."""
     if isinstance(value, dt.timedelta):
         return value.total_seconds() > limit
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
+    return is_number(value) and value > limit
 
 
 def positive_int(id: str, hint: str, *, most: int | None = None) -> Validator:
