@@ -34,7 +34,8 @@ class Key:
     validate: Validator
     default: object = _NO_DEFAULT
     # A default read elsewhere (another setting), given the table's valid values so far and
-    # those of the enclosing table (a task sees the top-level keys).
+    # those of the enclosing table (a task sees the top-level keys). A KeyError says that the
+    # value it reads is invalid: the key is left out, as invalid, without a problem of its own.
     default_from: Callable[[Mapping[str, Any]], object] | None = None
     # A required key's example value, for the hint when it is missing.
     example: str | None = None
@@ -113,8 +114,13 @@ class Table:
                 value = raw[key.name]
             elif key.required:
                 continue
+            elif key.default_from is None:
+                value = key.default
             else:
-                value = key.default if key.default_from is None else key.default_from(scope)
+                try:
+                    value = key.default_from(scope)
+                except KeyError:
+                    continue  # it reads a setting that is invalid, and reported
             try:
                 values[key.name] = key.validate(value, path / key.name)
             except Invalid as invalid:
@@ -126,7 +132,8 @@ class Table:
                 except Invalid as invalid:
                     report.add(path / rule.on, raw.get(rule.on, values[rule.on]), invalid)
                     del values[rule.on]  # the rules after this one see it as invalid
-        return values, len(report.problems) == before
+        complete = all(key.name in values for key in self.keys)
+        return values, complete and len(report.problems) == before
 
     def _check_names(self, raw: Mapping[Any, Any], path: KeyPath, report: Report) -> None:
         """Report the unknown keys, then the missing required ones."""

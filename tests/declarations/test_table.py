@@ -87,6 +87,9 @@ class TestAddingAKey:
         assert (valid, values["enqueue"]) == (True, "from-top")
         values, _, _ = check(table, task(enqueue="own"), {"POLL_INTERVAL": 1.0, "ENQ": "top"})
         assert values["enqueue"] == "own"
+        # ENQ invalid (reported at the top level): the task is invalid, without a problem.
+        values, valid, problems = check(table, task(), {"POLL_INTERVAL": 1.0})
+        assert (valid, problems, "enqueue" in values) == (False, [], False)
 
 
 @pytest.mark.parametrize(
