@@ -1,11 +1,11 @@
-"""The one typed, lazy accessor for ``settings.POSIXCRON``."""
+"""The one typed, lazy accessor for ``settings.POSIXCRON``, and the bounds of its scalars."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Literal
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -22,7 +22,25 @@ MIN_POLL_INTERVAL = 0.01
 MAX_POLL_INTERVAL = 86400.0
 # A century of history: `now - timedelta(days=HISTORY_DAYS)` stays far from datetime.min.
 MAX_HISTORY_DAYS = 36500
-TOP_LEVEL_KEYS = ("TASKS", "POLL_INTERVAL", "CONCURRENCY", "HISTORY_DAYS")
+
+PollIntervalFault = Literal["not positive", "too large", "too small"]
+
+
+def poll_interval_fault(value: object) -> PollIntervalFault | None:
+    """Return which bound of POLL_INTERVAL `value` breaks, or None for a usable value.
+
+    The one place of those bounds: the setting's check (posixcron.E021), the status command
+    and the admin (poll_interval_or_default) and ``runscheduler --poll-interval`` all ask here.
+    """
+    # Compared as numbers, never converted first: float(10**400) and math.isfinite(10**400)
+    # raise OverflowError. NaN fails `> 0`; bool is an int, but `True` seconds is a typo.
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+        return "not positive"
+    if value > MAX_POLL_INTERVAL:
+        return "too large"
+    if value < MIN_POLL_INTERVAL:
+        return "too small"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +51,6 @@ class PosixCronSettings:
     the checks passed may rely on the types below.
     """
 
-    raw: Any
-    tasks: Any
     poll_interval: float
     concurrency: int
     history_days: int
@@ -44,12 +60,10 @@ class PosixCronSettings:
 def get_settings() -> PosixCronSettings:
     """Return ``settings.POSIXCRON`` with defaults, read on first use and cached."""
     raw = getattr(settings, "POSIXCRON", {})
-    # Any Mapping, as the checks accept (declarations.py): a MappingProxyType or a custom
+    # Any Mapping, as the checks accept (declarations): a MappingProxyType or a custom
     # settings object must not silently fall back to the defaults here.
     source = raw if isinstance(raw, Mapping) else {}
     return PosixCronSettings(
-        raw=raw,
-        tasks=source.get("TASKS", {}),
         poll_interval=source.get("POLL_INTERVAL", DEFAULT_POLL_INTERVAL),
         concurrency=source.get("CONCURRENCY", DEFAULT_CONCURRENCY),
         history_days=source.get("HISTORY_DAYS", DEFAULT_HISTORY_DAYS),
@@ -63,13 +77,7 @@ def poll_interval_or_default() -> float:
     settings must not turn a health probe or an admin page into a traceback.
     """
     value = get_settings().poll_interval
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and MIN_POLL_INTERVAL <= value <= MAX_POLL_INTERVAL
-    ):
-        return float(value)
-    return DEFAULT_POLL_INTERVAL
+    return DEFAULT_POLL_INTERVAL if poll_interval_fault(value) else float(value)
 
 
 @receiver(setting_changed)

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError, connection
 
-from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, get_settings
+from django_posixcron.conf import (
+    MAX_POLL_INTERVAL,
+    MIN_POLL_INTERVAL,
+    get_settings,
+    poll_interval_fault,
+)
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -22,14 +27,15 @@ def poll_interval(value: str) -> float:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     # The same bounds as the setting (posixcron.E021), for the same reasons (conf.py).
-    if number > MAX_POLL_INTERVAL:
+    fault = poll_interval_fault(number)
+    if fault == "not positive":
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    if fault == "too large":
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_POLL_INTERVAL:g} seconds (one day), got {value!r}"
         )
-    if number < MIN_POLL_INTERVAL:
+    if fault == "too small":
         raise argparse.ArgumentTypeError(
             f"must be at least {MIN_POLL_INTERVAL:g} seconds, got {value!r}"
         )
@@ -110,12 +116,12 @@ def checked_declarations() -> dict[str, TaskDeclaration]:
 
 def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: float) -> None:
     """Apply the frequency guard (posixcron.E024) to --poll-interval as to the setting."""
-    from django_posixcron.cron import CronExpression
+    from django_posixcron.declarations import too_frequent
 
     too_often = sorted(
         f"{name} ({declaration.schedule})"
         for name, declaration in declarations.items()
-        if CronExpression(declaration.schedule).min_interval.total_seconds() < poll_interval
+        if too_frequent(declaration.schedule, poll_interval) is not None
     )
     if too_often:
         raise CommandError(

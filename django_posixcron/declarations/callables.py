@@ -1,0 +1,130 @@
+"""The callable key: a dotted path that imports to a plain function; and its signature rule."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from asgiref.sync import AsyncToSync
+from asgiref.sync import iscoroutinefunction as is_async_function
+from django.utils.module_loading import import_string
+
+from django_posixcron.declarations.ids import (
+    E_CALLABLE_IMPORT,
+    E_CALLABLE_TYPE,
+    E_NOT_CALLABLE,
+    E_NOT_PLAIN_FUNCTION,
+    E_SIGNATURE,
+)
+from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
+
+# Enough for any real decorator stack; stops a __wrapped__ chain that loops or never ends.
+MAX_WRAPPED_LAYERS = 100
+
+
+def callable_path(value: object, path: KeyPath) -> str:
+    """Return the dotted path of a callable that a call runs to completion."""
+    if not isinstance(value, str) or "." not in value.strip(".") or value != value.strip():
+        hint = 'Use the import path of a function, e.g. "myapp.jobs.nightly_report".'
+        what = "a dotted path to a callable as a str"
+        raise Invalid(E_CALLABLE_TYPE, Form.EXPECTED, what, hint)
+    try:
+        func = import_string(value)
+    except Exception as error:
+        # Any exception: a module that raises while importing is as broken as a missing one.
+        raise Invalid(
+            E_CALLABLE_IMPORT,
+            Form.ASSIGNED,
+            f"cannot be imported: {type(error).__name__}: {error}",
+            "Check the module path and the attribute name, and that the module imports cleanly.",
+        ) from None
+    if not callable(func):
+        raise Invalid(
+            E_NOT_CALLABLE,
+            Form.ASSIGNED,
+            f"is not callable (it is {type(func).__name__} {show(func)}).",
+            "Point it at a function or another callable.",
+        )
+    _refuse_async(func)
+    if inspect.isgeneratorfunction(func):
+        raise Invalid(
+            E_NOT_PLAIN_FUNCTION,
+            Form.ASSIGNED,
+            "is a generator function; calling it does not run its body.",
+            "Declare a plain function (no 'yield'), or one that consumes the generator.",
+        )
+    return value
+
+
+def _refuse_async(func: object) -> None:
+    """Refuse a callable whose call only creates a coroutine: the run would "succeed" unrun.
+
+    (executors.py refuses such a result too, for what no check can see.)
+    """
+    found = _async_kind(func)
+    if found is None:
+        return
+    what, wrapped = found
+    hint = (
+        "Declare a plain function; it may call asgiref.sync.async_to_sync(your_coroutine)"
+        "(**kwargs)."
+    )
+    if wrapped:
+        hint += (
+            " If the wrapper does run the coroutine to completion, declare a plain function "
+            "(without functools.wraps) that calls it."
+        )
+    raise Invalid(E_NOT_PLAIN_FUNCTION, Form.ASSIGNED, f"{what}.", hint)
+
+
+def _async_kind(func: object) -> tuple[str, bool] | None:
+    """Say what in `func` is async (and whether behind a wrapper); None if nothing is."""
+    layer = func
+    for depth in range(MAX_WRAPPED_LAYERS):
+        if isinstance(layer, AsyncToSync):
+            return None  # async_to_sync(f) runs the coroutine to completion: the fix we advise
+        # asgiref's test also sees sync_to_async(f) and markcoroutinefunction(f), which
+        # inspect's does not on Python 3.11; an object's __call__ lives on its class.
+        call = type(layer).__call__ if callable(layer) else None
+        if is_async_function(layer) or inspect.isasyncgenfunction(layer):
+            kind = "an async function"
+        elif is_async_function(call) or inspect.isasyncgenfunction(call):
+            kind = f"a callable object ({type(layer).__qualname__}) whose __call__ is async"
+        else:
+            try:
+                layer = layer.__wrapped__  # type: ignore[attr-defined]
+            except Exception:
+                return None
+            continue
+        if depth == 0:
+            return f"is {kind}; calling it does not run its body", False
+        # A sync wrapper (functools.wraps, transaction.atomic, a logging decorator) around an
+        # async function almost always returns the coroutine it created without awaiting it.
+        name = getattr(layer, "__qualname__", None) or type(layer).__qualname__
+        module = getattr(layer, "__module__", None)
+        what = (
+            f"wraps {kind}, {f'{module}.{name}' if module else name} (found through "
+            "__wrapped__), without being async itself; calling it returns the coroutine without "
+            "running it"
+        )
+        return what, True
+    return None
+
+
+def takes_kwargs(values: Mapping[str, Any]) -> None:
+    """Refuse kwargs that the callable's signature cannot bind."""
+    dotted, kwargs = values["callable"], values["kwargs"]
+    try:
+        signature = inspect.signature(import_string(dotted))
+    except (TypeError, ValueError):
+        return  # some builtins have none: nothing to check against
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        raise Invalid(
+            E_SIGNATURE,
+            Form.ASSIGNED,
+            f"cannot be called with the declared kwargs {show(kwargs)}: {error}.",
+            f"Make the kwargs match the signature {dotted.rsplit('.', 1)[-1]}{signature}.",
+        ) from None

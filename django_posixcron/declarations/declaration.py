@@ -1,0 +1,64 @@
+"""A task as settings declare it, once validated: what reconciling stores and the scheduler runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+# A missing retry_delay still retries: five minutes is long enough for a flapping dependency
+# to recover and short enough that a daily job is not silently skipped for a day.
+DEFAULT_RETRY_DELAY = dt.timedelta(seconds=300)
+DEFAULT_OVERLAP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDeclaration:
+    """One task as settings declare it, normalised and validated."""
+
+    name: str
+    schedule: str  # normalised by the engine, so spacing changes are not definition changes
+    callable_path: str
+    kwargs: dict[str, Any]
+    timezone: str
+    retry_delay: dt.timedelta = DEFAULT_RETRY_DELAY
+    overlap: str = DEFAULT_OVERLAP
+    timeout: dt.timedelta | None = None
+    description: str = ""
+
+    def definition(self) -> dict[str, Any]:
+        """Return the definition as plain JSON-able values, the input of the hash."""
+        return {
+            "name": self.name,
+            "schedule": self.schedule,
+            "callable": self.callable_path,
+            "kwargs": self.kwargs,
+            "timezone": self.timezone,
+            "retry_delay_us": _microseconds(self.retry_delay),
+            "overlap": self.overlap,
+            "timeout_us": None if self.timeout is None else _microseconds(self.timeout),
+            "description": self.description,
+        }
+
+    @cached_property
+    def definition_hash(self) -> str:
+        """Return a stable sha256 hex digest of the normalised definition."""
+        text = json.dumps(
+            self.definition(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        )
+        return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+    def resolve(self) -> Callable[..., Any]:
+        """Import the callable; settings name it, the database never does."""
+        func: Callable[..., Any] = import_string(self.callable_path)
+        return func
+
+
+def _microseconds(delta: dt.timedelta) -> int:
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -1,0 +1,72 @@
+"""The kwargs key: stored as JSON, so given back exactly as declared or refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from django_posixcron.declarations.ids import E_KWARGS_JSON, E_KWARGS_TYPE
+from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
+from django_posixcron.declarations.values import NUL_DETAIL, has_nul
+
+JSON_HINT = (
+    "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
+    "arguments are stored in the database."
+)
+
+
+def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
+    """Return the kwargs as the database's JSONField will give them back."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        hint = "The keyword arguments are passed as callable(**kwargs)."
+        raise Invalid(E_KWARGS_TYPE, Form.EXPECTED, "a dict with str keys", hint)
+    try:
+        # Walked before json.dumps, which turns int, float, bool and None keys into str
+        # without a word (the task would get {'1': ...} for {1: ...}) and, with sort_keys,
+        # fails on mixed keys with an unhelpful "'<' not supported".
+        bad_key = _non_str_key(value, path, set())
+        text = "" if bad_key else json.dumps(dict(value), allow_nan=False, sort_keys=True)
+    except RecursionError:
+        raise Invalid(
+            E_KWARGS_JSON, Form.GOT, "is nested too deeply to be stored", JSON_HINT
+        ) from None
+    except (TypeError, ValueError) as error:
+        detail = f"is not JSON-serialisable: {error}"
+        raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT) from None
+    if bad_key:
+        key_path, key = bad_key
+        detail = (
+            f"is not JSON-serialisable as declared: the key at {key_path} is "
+            f"{type(key).__name__} {show(key)}, not a str (JSON would turn it into a str or "
+            "refuse it)"
+        )
+        raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT)
+    # Round-trip so that what is hashed and compared equals what the JSONField gives back
+    # (tuples become lists).
+    normalised: dict[str, Any] = json.loads(text)
+    if has_nul(normalised):
+        hint = "Remove the NUL character, or pass such data another way (e.g. base64)."
+        raise Invalid(E_KWARGS_JSON, Form.GOT, NUL_DETAIL, hint)
+    return normalised
+
+
+def _non_str_key(value: object, path: KeyPath, seen: set[int]) -> tuple[KeyPath, object] | None:
+    """Return the path and the key of the first dict key in `value` that is not a str."""
+    if isinstance(value, Mapping | list | tuple):
+        if id(value) in seen:
+            return None  # a cycle (json.dumps reports it), or a container already walked
+        seen.add(id(value))
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path / key, key
+            found = _non_str_key(item, path / key, seen)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _non_str_key(item, path / index, seen)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,153 @@
+"""A dict of settings checked against a table: one row per key, then the rules across keys."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django_posixcron.declarations.problems import (
+    Form,
+    Invalid,
+    KeyPath,
+    Problem,
+    did_you_mean,
+    problem,
+)
+
+# Validate one declared (or default) value at a path; return it normalised or raise Invalid.
+Validator = Callable[[Any, KeyPath], Any]
+
+_NO_DEFAULT: Any = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One key: its validator, and its default or how to find it.
+
+    A default goes through the validator too: ``settings.TIME_ZONE``, the default zone, can be
+    as wrong as a declared one.
+    """
+
+    name: str
+    validate: Validator
+    default: object = _NO_DEFAULT
+    # A default read elsewhere (another setting), given the table's valid values so far and
+    # those of the enclosing table (a task sees the top-level keys). A KeyError says that the
+    # value it reads is invalid: the key is left out, as invalid, without a problem of its own.
+    default_from: Callable[[Mapping[str, Any]], object] | None = None
+    # A required key's example value, for the hint when it is missing.
+    example: str | None = None
+    # The TaskDeclaration field, when it is not named like the key.
+    attribute: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [self.default is not _NO_DEFAULT, self.default_from is not None, self.example]
+        if sum(bool(g) for g in given) != 1:
+            raise TypeError(f"Key {self.name!r}: give one of default, default_from or example")
+
+    @property
+    def required(self) -> bool:
+        return self.example is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A rule across keys, checked once every key it `needs` is valid.
+
+    `check` gets the valid values (the enclosing table's too) and raises Invalid; the
+    problem names the key `on`, one of the `needs`, with its declared value.
+    """
+
+    on: str
+    needs: tuple[str, ...]
+    check: Callable[[Mapping[str, Any]], None]
+
+    def __post_init__(self) -> None:
+        if self.on not in self.needs:
+            raise TypeError(f"Rule on {self.on!r}: it must need {self.on!r}")
+
+
+class Report:
+    """The problems found so far, in the order `manage.py check` lists them."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def add(self, path: KeyPath, value: object, invalid: Invalid) -> None:
+        self.problems.append(problem(path, value, invalid))
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """The keys of one dict of settings, in the order the hints list them, and its rules."""
+
+    what: str  # "task": "every task needs ..."
+    keys: tuple[Key, ...]
+    rules: tuple[Rule, ...]
+    unknown_id: str
+    missing_id: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(key.name for key in self.keys)
+
+    def validate(
+        self,
+        raw: Mapping[Any, Any],
+        path: KeyPath,
+        report: Report,
+        outer: Mapping[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Check `raw`; return its valid values and whether all of it is valid.
+
+        `outer` holds the valid values of the enclosing table, for defaults and rules (a
+        task's frequency guard needs the top-level POLL_INTERVAL).
+        """
+        before = len(report.problems)
+        self._check_names(raw, path, report)
+        values: dict[str, Any] = {}
+        scope = ChainMap(values, dict(outer or {}))
+        for key in self.keys:
+            if key.name in raw:
+                value = raw[key.name]
+            elif key.required:
+                continue
+            elif key.default_from is None:
+                value = key.default
+            else:
+                try:
+                    value = key.default_from(scope)
+                except KeyError:
+                    continue  # it reads a setting that is invalid, and reported
+            try:
+                values[key.name] = key.validate(value, path / key.name)
+            except Invalid as invalid:
+                report.add(path / key.name, value, invalid)
+        for rule in self.rules:
+            if all(name in scope for name in rule.needs):
+                try:
+                    rule.check(scope)
+                except Invalid as invalid:
+                    report.add(path / rule.on, raw.get(rule.on, values[rule.on]), invalid)
+                    del values[rule.on]  # the rules after this one see it as invalid
+        complete = all(key.name in values for key in self.keys)
+        return values, complete and len(report.problems) == before
+
+    def _check_names(self, raw: Mapping[Any, Any], path: KeyPath, report: Report) -> None:
+        """Report the unknown keys, then the missing required ones."""
+        known = self.names
+        for name in raw:
+            if name not in known:
+                hint = f"{did_you_mean(name, known)}Known keys: {', '.join(known)}."
+                report.add(path / name, name, Invalid(self.unknown_id, Form.UNKNOWN_KEY, "", hint))
+        required = [key for key in self.keys if key.required]
+        needs = " and ".join(f"a {key.name!r}" for key in required)
+        for key in required:
+            if key.name not in raw:
+                assert self.missing_id is not None
+                detail = f"every {self.what} needs {needs}."
+                hint = f'Add e.g. "{key.name}": {key.example}'
+                missing = Invalid(self.missing_id, Form.MISSING_KEY, detail, hint)
+                report.add(path / key.name, None, missing)

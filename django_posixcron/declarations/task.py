@@ -1,0 +1,156 @@
+"""One entry of ``POSIXCRON['TASKS']``: its name, its table of keys and rules."""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.utils import translation
+from django.utils.functional import Promise
+
+from django_posixcron.declarations.callables import callable_path, takes_kwargs
+from django_posixcron.declarations.declaration import (
+    DEFAULT_OVERLAP,
+    DEFAULT_RETRY_DELAY,
+    TaskDeclaration,
+)
+from django_posixcron.declarations.ids import (
+    E_BAD_NAME,
+    E_DESCRIPTION,
+    E_MISSING_KEY,
+    E_OVERLAP,
+    E_RETRY_DELAY,
+    E_TASK_NOT_A_DICT,
+    E_TIMEOUT,
+    E_TIMEZONE,
+    E_UNKNOWN_TASK_KEY,
+)
+from django_posixcron.declarations.kwargs import kwargs
+from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean
+from django_posixcron.declarations.schedule import frequency_guard, schedule
+from django_posixcron.declarations.table import Key, Report, Rule, Table
+from django_posixcron.declarations.values import NUL_DETAIL, choice, delay
+
+NAME_MAX_LENGTH = 100  # Task.name max_length
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+
+def timezone(value: object, path: KeyPath) -> str:
+    """Return the IANA name of a zone given by name or as a ZoneInfo."""
+    if isinstance(value, zoneinfo.ZoneInfo):
+        value = value.key
+    if isinstance(value, str) and value:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+        else:
+            return value
+    raise Invalid(
+        E_TIMEZONE,
+        Form.EXPECTED,
+        "an IANA time zone name",
+        f"{did_you_mean(value, zoneinfo.available_timezones())}Use a name such as "
+        "'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.",
+        shown=value,
+    )
+
+
+def description(value: object, path: KeyPath) -> str:
+    """Return the description as the str every process stores and hashes alike."""
+    if isinstance(value, Promise):
+        # gettext_lazy(...): stored as text in settings.LANGUAGE_CODE, whatever language is
+        # active when the checks run (a request, a command), so that every process computes
+        # the same definition and hash; untranslated, it hashes as the plain str.
+        with translation.override(settings.LANGUAGE_CODE):
+            value = str(value)
+    if not isinstance(value, str):
+        hint = "Describe the task in a sentence, or leave the key out."
+        raise Invalid(E_DESCRIPTION, Form.EXPECTED_TYPED, "a str", hint)
+    if "\x00" in value:
+        hint = "Remove the NUL character from the description."
+        raise Invalid(E_DESCRIPTION, Form.GOT, NUL_DETAIL, hint, shown=value)
+    return value
+
+
+# In the order the hint for an unknown key lists them. The rules run once the keys they need
+# are valid, so a rule across keys sees only values that passed their own validator.
+TASK = Table(
+    what="task",
+    keys=(
+        Key("schedule", schedule, example='"15 3 * * *"'),
+        Key(
+            "callable",
+            callable_path,
+            example='"myapp.jobs.nightly_report"',
+            attribute="callable_path",
+        ),
+        Key(
+            "retry_delay",
+            delay(E_RETRY_DELAY, "Use e.g. 300 for five minutes."),
+            default=DEFAULT_RETRY_DELAY,
+        ),
+        Key("kwargs", kwargs, default={}),
+        Key("timezone", timezone, default_from=lambda _: settings.TIME_ZONE),
+        Key(
+            "overlap",
+            choice(
+                E_OVERLAP,
+                ("skip", "allow"),
+                "'skip' (the default) records a skipped run while the previous one still "
+                "runs; 'allow' starts another one.",
+            ),
+            default=DEFAULT_OVERLAP,
+        ),
+        Key(
+            "timeout",
+            delay(
+                E_TIMEOUT,
+                "Use e.g. 600 for ten minutes, or leave the key out for no timeout.",
+                none_allowed=True,
+            ),
+            default=None,
+        ),
+        Key("description", description, default=""),
+    ),
+    rules=(
+        Rule(on="schedule", needs=("schedule", "POLL_INTERVAL"), check=frequency_guard),
+        Rule(on="callable", needs=("callable", "kwargs"), check=takes_kwargs),
+    ),
+    unknown_id=E_UNKNOWN_TASK_KEY,
+    missing_id=E_MISSING_KEY,
+)
+
+
+def task(
+    name: object, definition: object, path: KeyPath, top: Mapping[str, Any], report: Report
+) -> TaskDeclaration | None:
+    """Return the declaration of one task, or None after reporting its problems."""
+    named = _valid_name(name, path, report)
+    if not isinstance(definition, Mapping):
+        hint = 'Declare the task as {"schedule": "0 3 * * *", "callable": "app.jobs.func"}.'
+        report.add(path, definition, Invalid(E_TASK_NOT_A_DICT, Form.EXPECTED, "a dict", hint))
+        return None
+    values, valid = TASK.validate(definition, path, report, top)
+    if not (named and valid):
+        return None
+    assert isinstance(name, str)
+    fields = {key.attribute or key.name: values[key.name] for key in TASK.keys}
+    return TaskDeclaration(name=name, **fields)
+
+
+def _valid_name(name: object, path: KeyPath, report: Report) -> bool:
+    if isinstance(name, str) and len(name) <= NAME_MAX_LENGTH and NAME_RE.fullmatch(name):
+        return True
+    detail = (
+        "Expected a slug: lowercase letters, digits, '_', '.' and '-', starting with a letter "
+        f"or digit, at most {NAME_MAX_LENGTH} characters."
+    )
+    hint = (
+        "Rename the task, e.g. 'nightly-report'. The name is the task's identity in the database."
+    )
+    report.add(path, name, Invalid(E_BAD_NAME, Form.NAME, detail, hint))
+    return False
