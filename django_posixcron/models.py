@@ -105,7 +105,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         it fire before it was asked for.
         """
         if now is None:
-            now = database_now(self._db or router.db_for_write(self.model))
+            # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
+            alias = getattr(self, "_db", None) or router.db_for_write(self.model)
+            now = database_now(alias)
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
         # the cursor is not overwritten with a stale due_at.
         return self.update(

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import model_ngettext, unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.http import HttpResponseRedirect
+from django.db.models import QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
@@ -64,7 +70,9 @@ class TaskStateActions(TaskAdminBase):
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str:
             task.pause()
-            self._log(request, "Task paused from the admin task=%s user=%s", "admin_pause", task.name)
+            self._log(
+                request, "Task paused from the admin task=%s user=%s", "admin_pause", task.name
+            )
             self.message_user(
                 request, gettext("Paused %(task)s.") % {"task": task.name}, messages.SUCCESS
             )
@@ -151,7 +159,9 @@ class TaskStateActions(TaskAdminBase):
         paused = declared.filter(paused=True).count()
         requested = declared.request_run()
         for name in names:
-            self._log(request, "Run requested from the admin task=%s user=%s", "admin_run_now", name)
+            self._log(
+                request, "Run requested from the admin task=%s user=%s", "admin_run_now", name
+            )
         self.message_user(
             request,
             ngettext(
@@ -207,7 +217,7 @@ RUN_DELETE_BATCH = 1000
 
 @admin.action(description=_("Delete selected %(verbose_name_plural)s"), permissions=["delete"])
 def delete_selected(
-    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: RunQuerySet
+    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Run]
 ) -> TemplateResponse | None:
     """Delete the selected runs in batches, after a confirmation that gives their number.
 
@@ -216,8 +226,9 @@ def delete_selected(
     A running run is never deleted: it is still executing, and its outcome must have a row
     to land on.
     """
-    deletable = queryset.finished()
-    running = queryset.running().count()
+    runs = cast(RunQuerySet, queryset)
+    deletable = runs.finished()
+    running = runs.running().count()
     if request.POST.get("post"):
         deleted = delete_in_batches(deletable)
         if deleted:
@@ -255,7 +266,9 @@ def delete_selected(
     }
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(
-        request, f"admin/{opts.app_label}/{opts.model_name}/delete_selected_confirmation.html", context
+        request,
+        f"admin/{opts.app_label}/{opts.model_name}/delete_selected_confirmation.html",
+        context,
     )
 
 

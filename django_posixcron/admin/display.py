@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -52,7 +52,7 @@ def with_clock(queryset: QuerySet[Any]) -> QuerySet[Any]:
     """
     if not has_clock(queryset.db):
         return queryset
-    return queryset.annotate(**{ROW_NOW: DatabaseNow()})
+    return cast("QuerySet[Any]", queryset.annotate(**{ROW_NOW: DatabaseNow()}))
 
 
 def row_clock(obj: Any) -> dt.datetime:

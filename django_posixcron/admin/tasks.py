@@ -126,7 +126,9 @@ class TaskAdmin(TaskStateActions):
             parts.append(when(obj.next_run_at, obj.timezone, now))
         if obj.run_requested_at is not None:
             requested = display.relative(obj.run_requested_at, now)
-            parts.append(badge("requested", gettext("run requested %(when)s") % {"when": requested}))
+            parts.append(
+                badge("requested", gettext("run requested %(when)s") % {"when": requested})
+            )
         if not parts:
             return dash()
         return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
