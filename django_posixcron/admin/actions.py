@@ -27,6 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_posixcron.admin.display import runs_of_history
 from django_posixcron.models import Run, RunQuerySet, Task, TaskQuerySet
 
 if TYPE_CHECKING:
@@ -254,8 +255,7 @@ def delete_selected(
         "subtitle": None,
         "opts": opts,
         "media": modeladmin.media,
-        "summary": ngettext("%(count)d run of history", "%(count)d runs of history", count)
-        % {"count": count},
+        "summary": runs_of_history(count),
         "count": count,
         "running": running,
         # The page's own selection, or the filters in the URL with select_across: never the

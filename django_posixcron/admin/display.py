@@ -145,6 +145,13 @@ def status_badge(status: str) -> SafeString:
     return badge(kind, str(RunStatus(status).label) if status in RunStatus.values else status)
 
 
+def runs_of_history(count: int) -> str:
+    """Return "3 runs of history": how a deletion names the runs it takes."""
+    return ngettext("%(count)d run of history", "%(count)d runs of history", count) % {
+        "count": count
+    }
+
+
 def describe_schedule(schedule: str) -> str:
     """Return the schedule's plain-English description, or why there is none."""
     try:

@@ -13,11 +13,17 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.actions import delete_selected
-from django_posixcron.admin.display import dash, duration, in_zone, status_badge
+from django_posixcron.admin.display import (
+    dash,
+    duration,
+    in_zone,
+    runs_of_history,
+    status_badge,
+)
 from django_posixcron.admin.filters import RunTaskFilter
 from django_posixcron.models import Run, RunStatus
 
@@ -176,8 +182,5 @@ class RunAdmin(RunAdminBase):
         perms_needed: set[str] = set()
         if not self.has_delete_permission(request):
             perms_needed.add(str(Run._meta.verbose_name_plural))
-        summary = [
-            ngettext("%(count)d run of history", "%(count)d runs of history", count)
-            % {"count": count}
-        ]
+        summary = [runs_of_history(count)]
         return summary, {Run._meta.verbose_name_plural: count}, perms_needed, []

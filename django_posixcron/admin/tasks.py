@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin import display
@@ -177,10 +177,7 @@ class TaskAdmin(TaskStateActions):
                 perms_needed.add(gettext("%(task)s (declared in settings)") % {"task": task.name})
             summary.append(format_html("{}: {}", str(Task._meta.verbose_name).capitalize(), task))
         if run_count:
-            summary.append(
-                ngettext("%(count)d run of history", "%(count)d runs of history", run_count)
-                % {"count": run_count}
-            )
+            summary.append(display.runs_of_history(run_count))
             run_admin = self.admin_site._registry.get(Run)
             if run_admin is not None and not run_admin.has_delete_permission(request):
                 perms_needed.add(str(Run._meta.verbose_name_plural))
