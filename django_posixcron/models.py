@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from django.db import models
+from django.db import models, router
 from django.db.models import Q
 from django.utils import timezone as dj_timezone
 from django.utils.translation import gettext_lazy as _
+
+from django_posixcron.db import database_now
 
 if TYPE_CHECKING:
     from django_posixcron.cron import CronExpression
@@ -82,6 +84,39 @@ class TaskQuerySet(models.QuerySet["Task"]):
     ) -> TaskQuerySet:
         """Active tasks that should have fired more than `slack` ago."""
         return self.active().filter(due_at__lt=(dj_timezone.now() if now is None else now) - slack)
+
+    # State changes asked for by operators (the admin's buttons and actions alike). Each is
+    # one UPDATE of its own fields only: "Writes touch only their own fields, so a concurrent
+    # pause from the admin is never lost", nor an outcome written while the admin pauses.
+
+    def pause(self) -> int:
+        """Pause the tasks that are not paused yet; return how many were."""
+        return self.filter(paused=False).update(paused=True, updated_at=dj_timezone.now())
+
+    def resume(self) -> int:
+        """Resume the paused tasks; return how many were paused."""
+        return self.filter(paused=True).update(paused=False, updated_at=dj_timezone.now())
+
+    def request_run(self, now: dt.datetime | None = None) -> int:
+        """Record a manual run request on each task; return how many; no task code runs.
+
+        `now` defaults to the database's clock, the one the scheduler judges due-ness by, so
+        a web host whose clock runs ahead cannot make the request wait, nor one behind make
+        it fire before it was asked for.
+        """
+        if now is None:
+            # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
+            alias = getattr(self, "_db", None) or router.db_for_write(self.model)
+            now = database_now(alias)
+        # A conditional UPDATE computed in the database, so a concurrent claim that moved
+        # the cursor is not overwritten with a stale due_at.
+        return self.update(
+            run_requested_at=now,
+            due_at=models.Case(
+                models.When(Q(due_at__isnull=True) | Q(due_at__gt=now), then=models.Value(now)),
+                default=models.F("due_at"),
+            ),
+        )
 
 
 class Task(models.Model):
@@ -170,30 +205,27 @@ class Task(models.Model):
 
     def pause(self) -> None:
         """Pause the task; the write touches only `paused`."""
+        self._row().pause()
         self.paused = True
-        self.updated_at = dj_timezone.now()
-        self.save(update_fields=["paused", "updated_at"])
 
     def resume(self) -> None:
         """Resume the task; the write touches only `paused`."""
+        self._row().resume()
         self.paused = False
-        self.updated_at = dj_timezone.now()
-        self.save(update_fields=["paused", "updated_at"])
 
     def request_run(self, now: dt.datetime | None = None) -> None:
         """Record a manual run request that the scheduler fires at its next tick."""
-        now = now or dj_timezone.now()
-        # A conditional UPDATE computed in the database, so a concurrent claim that moved
-        # the cursor is not overwritten with a stale due_at.
-        Task.objects.filter(pk=self.pk).update(
-            run_requested_at=now,
-            due_at=models.Case(
-                models.When(Q(due_at__isnull=True) | Q(due_at__gt=now), then=models.Value(now)),
-                default=models.F("due_at"),
-            ),
-        )
+        row = self._row()
+        if now is None:
+            now = database_now(row.db)
+        row.request_run(now)
         self.run_requested_at = now
         self.due_at = earliest(self.due_at, now)
+
+    def _row(self) -> TaskQuerySet:
+        """Return this task's row on the database a save() of it would write to."""
+        alias = router.db_for_write(Task, instance=self)
+        return Task.objects.db_manager(alias).filter(pk=self.pk)
 
 
 class RunQuerySet(models.QuerySet["Run"]):

@@ -39,72 +39,98 @@ def _int(value: Any) -> int | None:
         return None
 
 
+class _Hierarchy:
+    """The change list's date field, its current drill-down and its links."""
+
+    def __init__(self, cl: Any) -> None:
+        self.cl = cl
+        self.field = field = cl.date_hierarchy
+        self.year_field, self.month_field, self.day_field = (
+            f"{field}__{part}" for part in ("year", "month", "day")
+        )
+        self.queryset = cl.queryset.order_by()
+
+    def param(self, name: str) -> int | None:
+        return _int(self.cl.params.get(name))
+
+    def link(self, filters: dict[str, Any]) -> str:
+        return str(self.cl.get_query_string(filters, [f"{self.field}__"]))
+
+    def holds(self, start: dt.datetime, end: dt.datetime) -> bool:
+        """Return whether a row falls in [start, end): one probe of the field's index."""
+        period = {f"{self.field}__gte": start, f"{self.field}__lt": end}
+        return bool(self.queryset.filter(**period).exists())
+
+
 def posixcron_date_hierarchy(cl: Any) -> dict[str, Any]:
     """Return the context of admin/date_hierarchy.html for a change list."""
-    field = cl.date_hierarchy
-    year_field, month_field, day_field = (f"{field}__{part}" for part in ("year", "month", "day"))
-    year = _int(cl.params.get(year_field))
-    month = _int(cl.params.get(month_field))
-    day = _int(cl.params.get(day_field))
-    queryset = cl.queryset.order_by()
-
-    def link(filters: dict[str, Any]) -> str:
-        return str(cl.get_query_string(filters, [f"{field}__"]))
-
-    def holds(start: dt.datetime, end: dt.datetime) -> bool:
-        return bool(queryset.filter(**{f"{field}__gte": start, f"{field}__lt": end}).exists())
-
+    h = _Hierarchy(cl)
+    year, month, day = h.param(h.year_field), h.param(h.month_field), h.param(h.day_field)
     if year is None:
-        bounds = queryset.aggregate(first=Min(field), last=Max(field))
+        bounds = h.queryset.aggregate(first=Min(h.field), last=Max(h.field))
         if bounds["first"] is None or bounds["last"] is None:
             return {"show": False}
         first, last = (timezone.localtime(bounds[key]) for key in ("first", "last"))
         if first.year != last.year:
-            years = [y for y in range(first.year, last.year + 1) if holds(_start(y), _start(y + 1))]
-            return {
-                "show": True,
-                "back": None,
-                "choices": [{"link": link({year_field: y}), "title": str(y)} for y in years],
-            }
+            return _years(h, first.year, last.year)
+        # All rows in one year (or one month): open it straight away, as Django does.
         year = first.year
         if first.month == last.month:
             month = first.month
-
     if month is None:
-        months = [m for m in range(1, 13) if holds(_start(year, m), _start(*_next_month(year, m)))]
-        return {
-            "show": True,
-            "back": {"link": link({}), "title": _("All dates")},
-            "choices": [
-                {
-                    "link": link({year_field: year, month_field: m}),
-                    "title": capfirst(date_format(dt.date(year, m, 1), "YEAR_MONTH_FORMAT")),
-                }
-                for m in months
-            ],
-        }
-
+        return _months(h, year)
     if day is None:
-        end = _start(*_next_month(year, month))
-        days = []
-        current = _start(year, month)
-        while current < end:
-            following = _start(*(current.date() + dt.timedelta(days=1)).timetuple()[:3])
-            if holds(current, following):
-                days.append(current.day)
-            current = following
-        return {
-            "show": True,
-            "back": {"link": link({year_field: year}), "title": str(year)},
-            "choices": [
-                {
-                    "link": link({year_field: year, month_field: month, day_field: d}),
-                    "title": capfirst(date_format(dt.date(year, month, d), "MONTH_DAY_FORMAT")),
-                }
-                for d in days
-            ],
-        }
+        return _days(h, year, month)
+    return _day(h, year, month, day)
 
+
+def _years(h: _Hierarchy, first: int, last: int) -> dict[str, Any]:
+    years = [y for y in range(first, last + 1) if h.holds(_start(y), _start(y + 1))]
+    return {
+        "show": True,
+        "back": None,
+        "choices": [{"link": h.link({h.year_field: y}), "title": str(y)} for y in years],
+    }
+
+
+def _months(h: _Hierarchy, year: int) -> dict[str, Any]:
+    months = [m for m in range(1, 13) if h.holds(_start(year, m), _start(*_next_month(year, m)))]
+    return {
+        "show": True,
+        "back": {"link": h.link({}), "title": _("All dates")},
+        "choices": [
+            {
+                "link": h.link({h.year_field: year, h.month_field: m}),
+                "title": capfirst(date_format(dt.date(year, m, 1), "YEAR_MONTH_FORMAT")),
+            }
+            for m in months
+        ],
+    }
+
+
+def _days(h: _Hierarchy, year: int, month: int) -> dict[str, Any]:
+    end = _start(*_next_month(year, month))
+    days = []
+    current = _start(year, month)
+    while current < end:
+        following = _start(*(current.date() + dt.timedelta(days=1)).timetuple()[:3])
+        if h.holds(current, following):
+            days.append(current.day)
+        current = following
+    return {
+        "show": True,
+        "back": {"link": h.link({h.year_field: year}), "title": str(year)},
+        "choices": [
+            {
+                "link": h.link({h.year_field: year, h.month_field: month, h.day_field: d}),
+                "title": capfirst(date_format(dt.date(year, month, d), "MONTH_DAY_FORMAT")),
+            }
+            for d in days
+        ],
+    }
+
+
+def _day(h: _Hierarchy, year: int, month: int, day: int) -> dict[str, Any]:
     try:
         chosen = dt.date(year, month, day)
     except ValueError:
@@ -112,7 +138,7 @@ def posixcron_date_hierarchy(cl: Any) -> dict[str, Any]:
     return {
         "show": True,
         "back": {
-            "link": link({year_field: year, month_field: month}),
+            "link": h.link({h.year_field: year, h.month_field: month}),
             "title": capfirst(date_format(chosen, "YEAR_MONTH_FORMAT")),
         },
         "choices": [{"title": capfirst(date_format(chosen, "MONTH_DAY_FORMAT"))}],

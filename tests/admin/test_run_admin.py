@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_posixcron.admin.filters import TASK_FILTER_CHOICES
 from django_posixcron.models import Run, RunStatus, Trigger
 from tests.admin.conftest import client_for, make_run, make_task
 
@@ -75,15 +76,13 @@ def test_filter_by_task(superuser):
 
 
 def test_task_filter_menu_is_bounded_but_keeps_the_selected_task(superuser):
-    from django_posixcron import admin as posixcron_admin
-
-    tasks = [make_task(name=f"t-{i:03}") for i in range(posixcron_admin.TASK_FILTER_CHOICES + 5)]
+    tasks = [make_task(name=f"t-{i:03}") for i in range(TASK_FILTER_CHOICES + 5)]
     last = tasks[-1]
     make_run(last)
     response = client_for(superuser).get(f"{LIST}?task={last.pk}")
     task_filter = next(f for f in response.context["cl"].filter_specs if f.parameter_name == "task")
     choices = task_filter.lookup_choices
-    assert len(choices) == posixcron_admin.TASK_FILTER_CHOICES + 1
+    assert len(choices) == TASK_FILTER_CHOICES + 1
     assert (str(last.pk), last.name) in choices
     assert len(response.context["cl"].result_list) == 1
 

@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_posixcron import admin as posixcron_admin
+from django_posixcron.admin.display import relative
+from django_posixcron.admin.runs import CappedPaginator
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from tests.admin.conftest import client_for, make_run, make_task
 
@@ -141,7 +142,7 @@ def test_the_date_hierarchy_offers_the_periods_that_hold_runs(superuser):
 
 
 def test_a_history_larger_than_the_count_cap_says_more_than(superuser, monkeypatch):
-    monkeypatch.setattr(posixcron_admin.CappedPaginator, "cap", 150)
+    monkeypatch.setattr(CappedPaginator, "cap", 150)
     task = make_task(name="busy")
     bulk_runs(task, 160, dt.datetime(2025, 1, 1, tzinfo=dt.UTC), dt.timedelta(minutes=1))
     response = client_for(superuser).get(RUNS)
@@ -234,7 +235,7 @@ def test_times_off_the_minute_show_their_seconds(superuser):
 
 def test_relative_times_under_a_minute_count_seconds():
     now = timezone.now()
-    assert posixcron_admin._relative(now + dt.timedelta(seconds=20), now) == "in 20 seconds"
-    assert posixcron_admin._relative(now - dt.timedelta(seconds=1), now) == "1 second ago"
-    assert posixcron_admin._relative(now, now) == "now"
-    assert posixcron_admin._relative(now + dt.timedelta(minutes=3), now) == "in 3\xa0minutes"
+    assert relative(now + dt.timedelta(seconds=20), now) == "in 20 seconds"
+    assert relative(now - dt.timedelta(seconds=1), now) == "1 second ago"
+    assert relative(now, now) == "now"
+    assert relative(now + dt.timedelta(minutes=3), now) == "in 3\xa0minutes"

@@ -107,3 +107,36 @@ def test_failed_run_shows_its_traceback(page: Any, artifacts: Path) -> None:
     expect(page.locator("pre.posixcron-error")).to_contain_text("<smtp.internal:25>")
     assert f"/admin/django_posixcron/run/{failed.pk}/change/" in page.url
     page.screenshot(path=str(artifacts / "failed-run.png"), full_page=True)
+
+
+def test_delete_all_runs_across_pages_keeps_the_running_one(page: Any, artifacts: Path) -> None:
+    from playwright.sync_api import expect
+
+    task = make_task(name="chatty", schedule="* * * * *", timezone="UTC")
+    start = timezone.now() - dt.timedelta(days=2)
+    Run.objects.bulk_create(
+        Run(
+            task=task,
+            trigger=Trigger.CRON,
+            status=RunStatus.SUCCEEDED,
+            scheduled_for=start + dt.timedelta(minutes=i),
+            started_at=start + dt.timedelta(minutes=i),
+            finished_at=start + dt.timedelta(minutes=i),
+            duration=dt.timedelta(0),
+        )
+        for i in range(150)
+    )
+    running = make_run(task, status=RunStatus.RUNNING, started_at=timezone.now())
+
+    page.goto("/admin/django_posixcron/run/")
+    page.check("#action-toggle")
+    page.click("div.actions .question a")  # "Select all 151 runs", beyond the first page
+    page.select_option("select[name=action]", "delete_selected")
+    page.click("button[name=index]")
+    expect(page.locator("#posixcron-delete-count")).to_contain_text("150 runs of history")
+    expect(page.locator("#posixcron-delete-running")).to_contain_text("still running")
+    page.screenshot(path=str(artifacts / "delete-runs-confirm.png"), full_page=True)
+    page.click("#posixcron-delete-confirm")
+    expect(page.locator("ul.messagelist")).to_contain_text("Successfully deleted 150 runs.")
+    expect(page.locator("ul.messagelist")).to_contain_text("Kept 1 running run")
+    assert list(Run.objects.values_list("pk", flat=True)) == [running.pk]

@@ -1,0 +1,162 @@
+"""How the admin shows times, durations, states and statuses; and which clock it reads."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, cast
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from django_posixcron.conf import poll_interval_or_default
+from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
+from django_posixcron.models import FAILURE_STATUSES, RunStatus
+from django_posixcron.scheduler import stale_after
+from django_posixcron.timing import expression, zone
+
+STATE_LABELS = {"active": _("active"), "paused": _("paused"), "retired": _("retired")}
+
+# The name of the annotation that carries the database's clock on each row of a list.
+ROW_NOW = "posixcron_now"
+
+
+def poll_interval() -> dt.timedelta:
+    return dt.timedelta(seconds=poll_interval_or_default())
+
+
+def process_stale_after() -> dt.timedelta:
+    """Return the heartbeat age past which the scheduler itself counts a process as dead."""
+    return stale_after(poll_interval_or_default())
+
+
+def clock() -> dt.datetime:
+    """Return the instant the admin judges "overdue", "live" and "in 3 minutes" by.
+
+    The scheduler's clock, so the admin and the loop agree: "whether a task is due is judged
+    by the database's clock where the backend has one (PostgreSQL, MariaDB)".
+    """
+    return database_now(app_alias())
+
+
+def with_clock(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """Return `queryset` with the database's clock read on each row by the same SELECT.
+
+    A list of 100 tasks then needs no extra query for its relative times, and every row is
+    judged by one instant.
+    """
+    if not has_clock(queryset.db):
+        return queryset
+    return cast("QuerySet[Any]", queryset.annotate(**{ROW_NOW: DatabaseNow()}))
+
+
+def row_clock(obj: Any) -> dt.datetime:
+    """Return the clock reading that came with `obj` (see with_clock), else this host's."""
+    value: dt.datetime | None = getattr(obj, ROW_NOW, None)
+    return value if value is not None else timezone.now()
+
+
+def in_zone(value: dt.datetime, tz: str) -> str:
+    """Return `value` as wall-clock time in zone `tz`, with the zone's abbreviation."""
+    try:
+        local = timezone.localtime(value, zone(tz))
+    except (ValueError, LookupError):
+        # A retired task may carry a zone this Python no longer knows; UTC still says when.
+        local = timezone.localtime(value, dt.UTC)
+    # Cron occurrences fall on whole minutes; retries and manual runs do not, and "15:15"
+    # for a run 20 s after the 15:15 failure it retries would hide what happened.
+    if local.second or local.microsecond:
+        return date_format(local, "Y-m-d H:i:s T")
+    return date_format(local, "Y-m-d H:i T")
+
+
+def relative(value: dt.datetime, now: dt.datetime) -> str:
+    """Return "in 3 minutes", "5 minutes ago", "in 20 seconds" or "now"."""
+    gap = abs(value - now)
+    if gap < dt.timedelta(seconds=1):
+        return gettext("now")
+    if gap < dt.timedelta(minutes=1):
+        seconds = int(gap.total_seconds())
+        if value > now:
+            return ngettext("in %(n)d second", "in %(n)d seconds", seconds) % {"n": seconds}
+        return ngettext("%(n)d second ago", "%(n)d seconds ago", seconds) % {"n": seconds}
+    if value > now:
+        return gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
+    return gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}
+
+
+def elapsed(since: dt.datetime, now: dt.datetime) -> str:
+    """Return how long a run has been running: "for 3 minutes"."""
+    return gettext("for %(elapsed)s") % {"elapsed": timesince(since, now)}
+
+
+def duration(delta: dt.timedelta | None) -> str:
+    """Return a short human duration: "0.25 s", "42 s", "3 min 5 s", "2 h 4 min"."""
+    if delta is None:
+        return ""
+    seconds = delta.total_seconds()
+    if seconds < 10:
+        return gettext("%(seconds).2f s") % {"seconds": seconds}
+    whole = int(seconds)
+    if whole < 60:
+        return gettext("%(seconds)d s") % {"seconds": whole}
+    if whole < 3600:
+        return gettext("%(minutes)d min %(seconds)d s") % {
+            "minutes": whole // 60,
+            "seconds": whole % 60,
+        }
+    return gettext("%(hours)d h %(minutes)d min") % {
+        "hours": whole // 3600,
+        "minutes": whole % 3600 // 60,
+    }
+
+
+def when(value: dt.datetime, tz: str, now: dt.datetime) -> SafeString:
+    """Return the wall-clock time in zone `tz` above its relative form ("in 3 minutes")."""
+    return format_html(
+        '<span class="posixcron-time">{}</span><br><span class="posixcron-muted">{}</span>',
+        in_zone(value, tz),
+        relative(value, now),
+    )
+
+
+def badge(kind: str, label: str) -> SafeString:
+    return format_html('<span class="posixcron-badge posixcron-{}">{}</span>', kind, label)
+
+
+def muted(text: str) -> SafeString:
+    return format_html('<span class="posixcron-muted">{}</span>', text)
+
+
+def dash() -> SafeString:
+    return format_html("{}", "—")
+
+
+def status_badge(status: str) -> SafeString:
+    """Return the coloured badge for a run status."""
+    if not status:
+        return dash()
+    kind = "failure" if status in FAILURE_STATUSES else status
+    return badge(kind, str(RunStatus(status).label) if status in RunStatus.values else status)
+
+
+def runs_of_history(count: int) -> str:
+    """Return "3 runs of history": how a deletion names the runs it takes."""
+    return ngettext("%(count)d run of history", "%(count)d runs of history", count) % {
+        "count": count
+    }
+
+
+def describe_schedule(schedule: str) -> str:
+    """Return the schedule's plain-English description, or why there is none."""
+    try:
+        return expression(schedule).describe()
+    except ValueError as exc:
+        # Only a retired task can hold a schedule the engine now rejects: checks refuse
+        # declared ones. The page must still render.
+        return gettext("Invalid schedule: %(error)s") % {"error": exc}

@@ -1,0 +1,186 @@
+"""The run history: read-only, filterable, fast on a million rows, deletable in batches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from django_posixcron.admin.actions import delete_selected
+from django_posixcron.admin.display import (
+    dash,
+    duration,
+    in_zone,
+    runs_of_history,
+    status_badge,
+)
+from django_posixcron.admin.filters import RunTaskFilter
+from django_posixcron.models import Run, RunStatus
+
+if TYPE_CHECKING:
+    RunAdminBase = admin.ModelAdmin[Run]
+    PaginatorBase = Paginator[Any]
+else:
+    # ModelAdmin is only subscriptable at run time with django-stubs-ext's monkeypatch.
+    RunAdminBase = admin.ModelAdmin
+    PaginatorBase = Paginator
+
+# The run list counts at most this many rows ("more than 10,000 runs"): an exact COUNT(*) of a
+# million-row history on every page view is a full scan on PostgreSQL.
+RUN_COUNT_CAP = 10_000
+
+
+class CappedPaginator(PaginatorBase):
+    """A paginator that counts at most RUN_COUNT_CAP rows; `capped` says it stopped there."""
+
+    cap = RUN_COUNT_CAP
+    capped = False
+
+    @cached_property
+    def count(self) -> int:
+        # COUNT(*) over a LIMIT subquery: it stops reading after cap + 1 rows.
+        rows = cast("QuerySet[Any]", self.object_list)
+        counted = rows.order_by()[: self.cap + 1].count()
+        self.capped = counted > self.cap
+        return min(counted, self.cap)
+
+
+@admin.register(Run)
+class RunAdmin(RunAdminBase):
+    list_display = (
+        "scheduled_for_display",
+        "task_link",
+        "trigger",
+        "status_display",
+        "started_display",
+        "duration_display",
+        "process_label",
+    )
+    list_display_links = ("scheduled_for_display",)
+    list_filter = (RunTaskFilter, "status", "trigger")
+    list_select_related = ("task",)
+    search_fields = ("task__name",)
+    # Drawn by the posixcron_date_hierarchy tag (templates/admin/django_posixcron/run/), which
+    # probes the scheduled_for index per period instead of a DISTINCT over the whole history.
+    date_hierarchy = "scheduled_for"
+    # A million runs: never count the whole table, not for "N total", not for the pages,
+    # not for the filters' facet counts.
+    show_full_result_count = False
+    paginator = CappedPaginator
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    # Django's delete_selected, by the same name, confirming with a count; see actions.py.
+    actions = (delete_selected,)
+    fields = (
+        "task",
+        "trigger",
+        "status_display",
+        "scheduled_for_display",
+        "started_display",
+        "finished_display",
+        "duration_display",
+        "process_label",
+        "error_display",
+        "traceback_display",
+    )
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ("django_posixcron/admin.css",)}
+
+    @admin.display(description=_("task"), ordering="task__name")
+    def task_link(self, obj: Run) -> SafeString:
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:django_posixcron_task_change", args=[obj.task_id]),
+            obj.task.name,
+        )
+
+    @admin.display(description=_("scheduled for"), ordering="scheduled_for")
+    def scheduled_for_display(self, obj: Run) -> str:
+        return in_zone(obj.scheduled_for, obj.task.timezone)
+
+    @admin.display(description=_("started"), ordering="started_at")
+    def started_display(self, obj: Run) -> str:
+        return in_zone(obj.started_at, obj.task.timezone) if obj.started_at else "—"
+
+    @admin.display(description=_("finished"))
+    def finished_display(self, obj: Run) -> str:
+        return in_zone(obj.finished_at, obj.task.timezone) if obj.finished_at else "—"
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Run) -> SafeString:
+        return status_badge(obj.status)
+
+    @admin.display(description=_("duration"), ordering="duration")
+    def duration_display(self, obj: Run) -> str:
+        return duration(obj.duration) or "—"
+
+    @admin.display(description=_("error"))
+    def error_display(self, obj: Run) -> SafeString:
+        if not obj.error:
+            return dash()
+        return format_html('<pre class="posixcron-error">{}</pre>', obj.error)
+
+    @admin.display(description=_("traceback"))
+    def traceback_display(self, obj: Run) -> SafeString:
+        if not obj.traceback:
+            return dash()
+        return format_html('<pre class="posixcron-traceback">{}</pre>', obj.traceback)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = dict(extra_context or {})
+        run = self.get_object(request, unquote(object_id))
+        if run is not None:
+            # Run.__str__ is an identifier for logs; operators read the task and the time.
+            context.setdefault(
+                "subtitle",
+                gettext("%(task)s, %(trigger)s run scheduled for %(when)s")
+                % {
+                    "task": run.task.name,
+                    "trigger": run.get_trigger_display(),
+                    "when": in_zone(run.scheduled_for, run.task.timezone),
+                },
+            )
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
+        # History is a record of what happened; only the scheduler writes it.
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
+        # A running run is still executing: deleted, its outcome would have no row to land
+        # on, and its task would read "running" until the next run. The bulk action skips it.
+        if obj is not None and obj.status == RunStatus.RUNNING:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, int], set[str], list[Any]]:
+        """Summarise the deletion of one run as its count, like the bulk action does."""
+        count = objs.count() if isinstance(objs, QuerySet) else len(objs)
+        perms_needed: set[str] = set()
+        if not self.has_delete_permission(request):
+            perms_needed.add(str(Run._meta.verbose_name_plural))
+        summary = [runs_of_history(count)]
+        return summary, {Run._meta.verbose_name_plural: count}, perms_needed, []

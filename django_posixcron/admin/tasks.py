@@ -1,0 +1,268 @@
+"""The task list and the task page: definitions read-only, state at a glance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from django_posixcron.admin import display
+from django_posixcron.admin.actions import TaskStateActions
+from django_posixcron.admin.display import badge, dash, muted, row_clock, when
+from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.timing import occurrences
+
+NEXT_OCCURRENCES = 5
+RECENT_RUNS = 10
+# The header lists live processes; a fleet larger than this is summarised, so the list page
+# never renders an unbounded list.
+HEADER_PROCESSES = 20
+
+DEFINITION_FIELDS = (
+    "name",
+    "schedule_display",
+    "timezone",
+    "callable_path",
+    "kwargs",
+    "retry_delay",
+    "overlap",
+    "timeout",
+    "description",
+    "definition_hash",
+)
+STATE_FIELDS = (
+    "state_display",
+    "last_run_display",
+    "next_run_display",
+    "retry_display",
+    "run_requested_display",
+    "due_at",
+    "created_at",
+    "updated_at",
+)
+
+
+@admin.register(Task)
+class TaskAdmin(TaskStateActions):
+    list_display = (
+        "name",
+        "schedule_display",
+        "timezone",
+        "state_display",
+        "last_run_display",
+        "next_run_display",
+        "retry_display",
+    )
+    list_filter = (StateFilter, HealthFilter, LastStatusFilter, "timezone")
+    search_fields = ("name", "callable_path", "description")
+    ordering = ("name",)
+    list_per_page = 100
+    fieldsets = (
+        (_("Definition (from settings)"), {"fields": DEFINITION_FIELDS}),
+        (_("State"), {"fields": STATE_FIELDS}),
+    )
+    # Every field on the task page is read-only: definitions come from settings.
+    readonly_fields = DEFINITION_FIELDS + STATE_FIELDS
+
+    class Media:
+        css = {"all": ("django_posixcron/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        # Each row brings the database's clock, which "in 3 minutes" and "for 5 minutes"
+        # are measured from.
+        return display.with_clock(super().get_queryset(request))
+
+    # Columns ---------------------------------------------------------------------------
+
+    @admin.display(description=_("schedule"), ordering="schedule")
+    def schedule_display(self, obj: Task) -> SafeString:
+        return format_html(
+            '<code class="posixcron-schedule">{}</code>'
+            '<br><span class="posixcron-describe">{}</span>',
+            obj.schedule,
+            display.describe_schedule(obj.schedule),
+        )
+
+    @admin.display(description=_("state"))
+    def state_display(self, obj: Task) -> SafeString:
+        return badge(obj.state, str(display.STATE_LABELS[obj.state]))
+
+    @admin.display(description=_("last run"), ordering="last_run_started_at")
+    def last_run_display(self, obj: Task) -> SafeString:
+        if obj.last_run_started_at is None:
+            return muted(gettext("never"))
+        now = row_clock(obj)
+        if obj.is_running:
+            # last_run_status and last_run_finished_at still describe the previous run.
+            status = display.status_badge(RunStatus.RUNNING)
+            took = display.elapsed(obj.last_run_started_at, now)
+        else:
+            status = display.status_badge(obj.last_run_status)
+            assert obj.last_run_finished_at is not None
+            took = display.duration(obj.last_run_finished_at - obj.last_run_started_at)
+        return format_html(
+            "{}<br>{} {}", when(obj.last_run_started_at, obj.timezone, now), status, took
+        )
+
+    @admin.display(description=_("next run"), ordering="next_run_at")
+    def next_run_display(self, obj: Task) -> SafeString:
+        if not obj.declared:
+            return muted(gettext("never"))
+        now = row_clock(obj)
+        parts = []
+        if obj.paused:
+            # A paused task does not fire: its cursor time would be a promise it does not keep.
+            parts.append(badge("paused", gettext("paused")))
+        elif obj.next_run_at is not None:
+            parts.append(when(obj.next_run_at, obj.timezone, now))
+        if obj.run_requested_at is not None:
+            requested = display.relative(obj.run_requested_at, now)
+            parts.append(
+                badge("requested", gettext("run requested %(when)s") % {"when": requested})
+            )
+        if not parts:
+            return dash()
+        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
+
+    @admin.display(description=_("pending retry"), ordering="retry_at")
+    def retry_display(self, obj: Task) -> SafeString:
+        if obj.retry_at is None:
+            return dash()
+        return when(obj.retry_at, obj.timezone, row_clock(obj))
+
+    @admin.display(description=_("run requested"))
+    def run_requested_display(self, obj: Task) -> str:
+        if obj.run_requested_at is None:
+            return "—"
+        in_zone = display.in_zone(obj.run_requested_at, obj.timezone)
+        return f"{in_zone} ({display.relative(obj.run_requested_at, row_clock(obj))})"
+
+    # Permissions -----------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        # Definitions come from settings; state changes go through the pause, resume and
+        # run-now views, each behind its own permission.
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        # A declared task would be recreated by the next reconciliation; only retired ones,
+        # which settings no longer name, can go (with their history).
+        if obj is not None and obj.declared:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, int], set[str], list[Any]]:
+        """Summarise the deletion instead of listing every run (a task may have 40,000)."""
+        tasks = list(objs)
+        perms_needed: set[str] = set()
+        runs = Run.objects.filter(task__in=tasks)
+        run_count = runs.count()
+        summary: list[Any] = []
+        for task in tasks:
+            if not self.has_delete_permission(request, task):
+                perms_needed.add(gettext("%(task)s (declared in settings)") % {"task": task.name})
+            summary.append(format_html("{}: {}", str(Task._meta.verbose_name).capitalize(), task))
+        if run_count:
+            summary.append(display.runs_of_history(run_count))
+            run_admin = self.admin_site._registry.get(Run)
+            if run_admin is not None and not run_admin.has_delete_permission(request):
+                perms_needed.add(str(Run._meta.verbose_name_plural))
+        for name in runs.running().values_list("task__name", flat=True).distinct():
+            # A retired task's last run may still be executing; its row must outlive it.
+            perms_needed.add(gettext("%(task)s (a run is still running)") % {"task": name})
+        model_count = {Task._meta.verbose_name_plural: len(tasks)}
+        if run_count:
+            model_count[Run._meta.verbose_name_plural] = run_count
+        return summary, model_count, perms_needed, []
+
+    # The list page ---------------------------------------------------------------------
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        now = display.clock()
+        live = SchedulerProcess.objects.live(now, display.process_stale_after())
+        processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
+        context = {
+            "posixcron_processes": processes[:HEADER_PROCESSES],
+            "posixcron_more_processes": len(processes) > HEADER_PROCESSES,
+            "posixcron_failing": Task.objects.failing().count(),
+            "posixcron_overdue": Task.objects.overdue(now, slack=display.poll_interval()).count(),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra_context=context)
+
+    # The task page ---------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        return self.state_urls() + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = dict(extra_context or {})
+        obj = self.get_object(request, unquote(object_id))
+        if obj is not None and self.has_view_permission(request, obj):
+            context.update(self._task_page_context(request, obj))
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def _task_page_context(self, request: HttpRequest, obj: Task) -> dict[str, Any]:
+        info = self.opts.app_label, self.opts.model_name
+        run_admin = self.admin_site._registry.get(Run)
+        can_view_runs = run_admin is not None and run_admin.has_view_permission(request)
+        return {
+            "posixcron_task": obj,
+            "posixcron_upcoming": self._upcoming(obj),
+            "posixcron_can_view_runs": can_view_runs,
+            "posixcron_recent_runs": self._recent_runs(obj) if can_view_runs else [],
+            "posixcron_all_runs_url": reverse("admin:django_posixcron_run_changelist")
+            + f"?task={obj.pk}",
+            "posixcron_can_pause": obj.declared and self.has_pause_permission(request, obj),
+            "posixcron_can_run": obj.declared and self.has_run_permission(request, obj),
+            "posixcron_pause_url": reverse("admin:{}_{}_pause".format(*info), args=[obj.pk]),
+            "posixcron_resume_url": reverse("admin:{}_{}_resume".format(*info), args=[obj.pk]),
+            "posixcron_run_url": reverse("admin:{}_{}_run".format(*info), args=[obj.pk]),
+        }
+
+    def _upcoming(self, obj: Task) -> list[str]:
+        """Return the next occurrences in the task's zone, each with its relative time."""
+        now = row_clock(obj)
+        try:
+            instants = occurrences(obj.schedule, obj.timezone, now, NEXT_OCCURRENCES)
+        except (ValueError, LookupError):
+            return []
+        return [
+            f"{display.in_zone(instant, obj.timezone)} ({display.relative(instant, now)})"
+            for instant in instants
+        ]
+
+    def _recent_runs(self, obj: Task) -> list[dict[str, Any]]:
+        return [
+            {
+                "url": reverse("admin:django_posixcron_run_change", args=[run.pk]),
+                "scheduled_for": display.in_zone(run.scheduled_for, obj.timezone),
+                "trigger": run.get_trigger_display(),
+                "status": display.status_badge(run.status),
+                "duration": display.duration(run.duration),
+                "error": run.error,
+            }
+            for run in obj.runs.order_by("-scheduled_for", "-id")[:RECENT_RUNS]
+        ]

@@ -1,0 +1,63 @@
+"""Pause, resume and run now as queryset methods: counts, and only their own fields."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_posixcron.models import RunStatus, Task
+from tests.admin.conftest import make_task
+
+pytestmark = pytest.mark.django_db
+
+
+def test_pause_and_resume_count_only_the_tasks_they_change():
+    a, b = make_task(name="a"), make_task(name="b", paused=True)
+    assert Task.objects.all().pause() == 1
+    assert Task.objects.all().pause() == 0
+    assert set(Task.objects.values_list("paused", flat=True)) == {True}
+    assert Task.objects.filter(pk=a.pk).resume() == 1
+    assert Task.objects.all().resume() == 1
+    b.refresh_from_db()
+    assert not b.paused
+
+
+def test_pausing_a_stale_instance_keeps_what_the_scheduler_wrote_meanwhile():
+    task = make_task()
+    stale = Task.objects.get(pk=task.pk)
+    finished = timezone.now()
+    # An outcome recorded after the admin loaded the row.
+    Task.objects.filter(pk=task.pk).update(
+        last_run_status=RunStatus.FAILED,
+        last_run_started_at=finished,
+        last_run_finished_at=finished,
+        retry_at=finished + dt.timedelta(minutes=5),
+    )
+    stale.pause()
+    stale.resume()
+    stale.pause()
+    task.refresh_from_db()
+    assert task.paused
+    assert task.last_run_status == RunStatus.FAILED
+    assert task.retry_at == finished + dt.timedelta(minutes=5)
+
+
+def test_request_run_pulls_due_at_forward_but_never_back():
+    now = timezone.now()
+    later = make_task(name="later", next_run_at=now + dt.timedelta(hours=1))
+    sooner = make_task(name="sooner", next_run_at=now - dt.timedelta(minutes=5))
+    assert Task.objects.filter(pk__in=[later.pk, sooner.pk]).request_run(now) == 2
+    later.refresh_from_db()
+    sooner.refresh_from_db()
+    assert (later.run_requested_at, later.due_at) == (now, now)
+    assert (sooner.run_requested_at, sooner.due_at) == (now, now - dt.timedelta(minutes=5))
+
+
+def test_request_run_on_an_instance_mirrors_the_row():
+    task = make_task(next_run_at=timezone.now() + dt.timedelta(hours=1))
+    task.request_run()
+    assert task.run_requested_at is not None
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.run_requested_at, stored.due_at) == (task.run_requested_at, task.due_at)
