@@ -5,14 +5,31 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from factory.declarations import LazyAttribute, LazyFunction, Sequence, SubFactory
 from factory.django import DjangoModelFactory
 
+from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 
 UTC = dt.UTC
 NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+
+
+def declaration_of(task: Any) -> TaskDeclaration:
+    """Return the declaration a Task row (or a factory's stub of one) was reconciled from."""
+    return TaskDeclaration(
+        name=task.name,
+        schedule=task.schedule,
+        callable_path=task.callable_path,
+        kwargs=dict(task.kwargs),
+        timezone=task.timezone,
+        retry_delay=task.retry_delay,
+        overlap=task.overlap,
+        timeout=task.timeout,
+        description=task.description,
+    )
 
 
 class TaskFactory(DjangoModelFactory[Task]):
@@ -30,7 +47,8 @@ class TaskFactory(DjangoModelFactory[Task]):
     overlap = "skip"
     timeout = None
     description = ""
-    definition_hash = LazyAttribute(lambda o: f"hash-{o.name}")
+    # The hash reconciling would store, so a scheduler declaring the same task claims it.
+    definition_hash = LazyAttribute(lambda o: declaration_of(o).definition_hash)
     declared = True
     paused = False
     next_run_at = NOW + dt.timedelta(hours=1)

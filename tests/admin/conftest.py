@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from typing import Any
 
 import pytest
@@ -12,29 +11,21 @@ from django.test import Client
 from django.utils import timezone
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
-
-_counter = itertools.count()
+from tests.factories import TaskFactory
 
 
 def make_task(**fields: Any) -> Task:
-    """Create a Task row with sensible defaults (factories may replace this later)."""
-    n = next(_counter)
-    now = timezone.now()
+    """Create a Task row due in a few minutes, with the definition hash reconciling stores."""
     defaults: dict[str, Any] = {
-        "name": f"task-{n}",
         "schedule": "15 3 * * 1-5",
         "callable_path": "tests.testapp.jobs.succeed",
         "timezone": "Europe/Berlin",
-        "retry_delay": dt.timedelta(minutes=5),
-        "definition_hash": f"hash-{n}",
-        "next_run_at": now + dt.timedelta(minutes=3, seconds=30),
+        "next_run_at": timezone.now() + dt.timedelta(minutes=3, seconds=30),
+        "created_at": timezone.now(),
+        "updated_at": timezone.now(),
     }
     defaults.update(fields)
-    task = Task(**defaults)
-    if "due_at" not in fields:
-        task.due_at = task.compute_due_at()
-    task.save()
-    return task
+    return TaskFactory(**defaults)
 
 
 def make_run(task: Task, **fields: Any) -> Run:
