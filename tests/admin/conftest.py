@@ -25,7 +25,7 @@ def make_task(**fields: Any) -> Task:
         "updated_at": timezone.now(),
     }
     defaults.update(fields)
-    return TaskFactory(**defaults)
+    return TaskFactory.create(**defaults)
 
 
 def make_run(task: Task, **fields: Any) -> Run:
