@@ -56,7 +56,11 @@ def _mask(values: tuple[int, ...]) -> int:
 
 
 class CronExpression:
-    """A strict POSIX cron expression (five fields), parsed once and immutable."""
+    """A strict POSIX cron expression (five fields), parsed once and immutable.
+
+    Two expressions are equal, hash equal and have the same ``str()`` exactly when they fire at
+    the same instants: ``str()`` is the canonical spelling (``cron/canonical.py``).
+    """
 
     __slots__ = (
         "_day_masks",
@@ -311,7 +315,9 @@ class CronExpression:
             offset = tz.utcoffset(when)
             if offset is not None:
                 try:
-                    return self._next_aware(when, tz, offset)
+                    if when.fold:
+                        return self._next_aware(when, tz, offset)
+                    return self._next_zoned(when, tz, offset)
                 except OverflowError:
                     years = _inward(when)
                     moved = _shift(when, years)
@@ -346,11 +352,15 @@ class CronExpression:
         """
         after = when - offset
         fixed = self._fixed
-        wall: Wall = (when.year, when.month, when.day, when.hour, when.minute)
+        year, month, day, hour, minute = when.year, when.month, when.day, when.hour, when.minute
+        repeat = None
+        if not fixed and not when.fold:
+            other = tz.utcoffset(_Datetime(year, month, day, hour, minute, 0, 0, tz, fold=1))
+            if other is not None and other < offset:
+                repeat = offset - other  # `when` is on the first pass of a repeated hour
         while True:
-            year, month, day, hour, minute = wall
-            wall = self._at_or_after(year, month, day, hour, minute + 1)
-            candidate = _Datetime(*wall, 0, 0, tz)
+            year, month, day, hour, minute = self._at_or_after(year, month, day, hour, minute + 1)
+            candidate = _Datetime(year, month, day, hour, minute, 0, 0, tz)
             # Fast path, nearly always taken: the wall time exists once, at `when`'s offset.
             probe = tz.fromutc(candidate - offset)
             if not probe.fold and probe == candidate:
@@ -360,27 +370,23 @@ class CronExpression:
             if later:
                 found = later[0]
                 break
-        if not fixed:
-            again = self._second_pass(when, offset, tz)
+        if repeat is not None:
+            again = self._second_pass(when, repeat, tz)
             if again is not None and _instant(again) < _instant(found):
                 return again
         return found
 
     def _second_pass(
-        self, when: dt.datetime, offset: dt.timedelta, tz: dt.tzinfo
+        self, when: dt.datetime, repeat: dt.timedelta, tz: dt.tzinfo
     ) -> dt.datetime | None:
         """Return the first second-pass occurrence of the repeated hour `when` is in, if any.
 
-        An elapsed-time schedule fires again there ("repeated ones fire again"), even at wall
-        times not after `when`'s own, when `when` is on the first pass.
+        `when` is on the first pass, and the clock goes back by `repeat`. An elapsed-time
+        schedule fires again on the second pass ("repeated ones fire again"), even at wall
+        times not after `when`'s own.
         """
-        if when.fold:
-            return None
         year, month, day, hour, minute = when.year, when.month, when.day, when.hour, when.minute
-        other = tz.utcoffset(_Datetime(year, month, day, hour, minute, 0, 0, tz, fold=1))
-        if other is None or other >= offset:
-            return None
-        start = _Datetime(year, month, day, hour, minute) - (offset - other)
+        start = _Datetime(year, month, day, hour, minute) - repeat
         wall: Wall = (start.year, start.month, start.day, start.hour, start.minute)
         limit = (year, month, day, hour, minute)
         while True:
@@ -394,7 +400,11 @@ class CronExpression:
 
     @property
     def min_interval(self) -> dt.timedelta:
-        """Return the shortest wall-clock gap between two consecutive occurrences."""
+        """Return the shortest wall-clock gap between two consecutive occurrences.
+
+        It holds in real time too wherever the offset does not change; across a DST change two
+        runs can be closer (docs/semantics.rst, "The shortest interval").
+        """
         if self._min_interval is None:
             self._min_interval = self._compute_min_interval()
         return self._min_interval
