@@ -1,8 +1,10 @@
 """Debian cron's daylight-saving rule: when a matching wall-clock minute fires in a zone.
 
-cronsim does the same fix-up in a few lines (``while is_imaginary(result): self.dt += 1
-minute``, then ``fold=0``); here it is one function per case so each quotes its sentence of the
-rule (DESIGN, section 2) and elapsed-time schedules get theirs too.
+cronsim does the fix-up for fixed-time schedules in a few lines (``while is_imaginary(result):
+self.dt += 1 minute``, then ``fold=0``). ``fire_times`` is the same step with one branch per case,
+each quoting its sentence of the rule (DESIGN, section 2), elapsed-time schedules included; the
+expression's walk (``CronExpression._next_zoned``) calls it for every matching wall-clock minute
+that does not simply exist once at the offset it started from.
 """
 
 from __future__ import annotations

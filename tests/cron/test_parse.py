@@ -85,6 +85,12 @@ def test_expressions_with_different_occurrences_differ(one, other):
     assert str(CronExpression(one)) != str(CronExpression(other))
 
 
+def test_one_cache_of_parsed_expressions():
+    from django_posixcron.timing import expression
+
+    assert expression("15 3 * * 1-5") is CronExpression("15 3 * * 1-5")
+
+
 def test_repr_pickle_and_copy():
     expression = CronExpression("15 3 * * 1-5")
     assert repr(expression) == "CronExpression('15 3 * * 1-5')"
