@@ -8,7 +8,7 @@ from functools import cache
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_posixcron.cron import CronExpression, CronSyntaxError
@@ -157,13 +157,28 @@ LMT_TRANSITIONS = [
 ]
 
 
+@cache
+def whole_minutes(zone: str, near: dt.datetime) -> list[dt.datetime]:
+    return local_minutes(ZoneInfo(zone), near - dt.timedelta(hours=2), near + dt.timedelta(hours=2))
+
+
 @pytest.mark.parametrize("text", [*DENSE, "0,1,58,59 23,0 * * *", "44,45 * * * *"])
 @pytest.mark.parametrize(("zone", "near"), LMT_TRANSITIONS)
 def test_walk_across_lmt_transitions(text, zone, near):
     """Chain next_after across a transition by seconds and compare with a second-by-second scan."""
-    tz = ZoneInfo(zone)
     spec = Spec(*map(reference_values, text.split(), *zip(*BOUNDS, strict=True)))
-    minutes = local_minutes(tz, near - dt.timedelta(hours=2), near + dt.timedelta(hours=2))
+    walk_across(CronExpression(text), spec, zone, near)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(expressions(), st.sampled_from(LMT_TRANSITIONS))
+def test_walk_random_expressions_across_lmt_transitions(case, transition):
+    walk_across(*case, *transition)
+
+
+def walk_across(expression: CronExpression, spec: Spec, zone: str, near: dt.datetime) -> None:
+    tz = ZoneInfo(zone)
+    minutes = whole_minutes(zone, near)
     expected = [
         tz.fromutc(instant.replace(tzinfo=tz)).isoformat()
         for previous, instant in itertools.pairwise(minutes)
@@ -172,7 +187,7 @@ def test_walk_across_lmt_transitions(text, zone, near):
     found = []
     current = minutes[0].astimezone(tz)
     while True:
-        current = CronExpression(text).next_after(current)
+        current = expression.next_after(current)
         if current.astimezone(UTC) > minutes[-1]:
             break
         found.append(current.isoformat())
