@@ -3,7 +3,7 @@
 Run from the repository root with a separate environment that has the peers installed:
 
     python3 -m venv /tmp/benchvenv && /tmp/benchvenv/bin/pip install croniter cronsim
-    /tmp/benchvenv/bin/python bench/cron_bench.py
+    /tmp/benchvenv/bin/python bench/cron_bench.py   # --count 1000 --repeat 5
 
 The peers are never a dependency of django-posixcron; this script only imports the engine
 (django_posixcron.cron is pure, so Django need not be installed here).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -70,19 +71,20 @@ def with_croniter(text: str, start: dt.datetime, count: int) -> dt.datetime:
     return current
 
 
-def best_of(runner: Runner, text: str, start: dt.datetime, count: int, repeat: int) -> float:
-    best = float("inf")
+def median_of(runner: Runner, text: str, start: dt.datetime, count: int, repeat: int) -> float:
+    # The median, not the best: on a shared machine it moves less between runs.
+    times = []
     for _ in range(repeat):
         began = time.perf_counter()
         runner(text, start, count)
-        best = min(best, time.perf_counter() - began)
-    return best
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000, help="next() calls per expression")
-    parser.add_argument("--repeat", type=int, default=5, help="best of this many runs")
+    parser.add_argument("--repeat", type=int, default=5, help="median of this many runs")
     args = parser.parse_args()
     runners: dict[str, Runner] = {"posixcron": ours}
     peers: tuple[tuple[str, Runner], ...] = (
@@ -105,6 +107,7 @@ def main() -> None:
         start = START if zone is None else START.replace(tzinfo=ZoneInfo(zone))
         label = "naive" if zone is None else zone
         totals = dict.fromkeys(runners, 0.0)
+        ratios: dict[str, list[float]] = {name: [] for name in runners}
         print(f"\n{label}: ms for {args.count} next() calls")
         print(f"{'expression':42}" + "".join(f"{name:>11}" for name in runners))
         for text in EXPRESSIONS:
@@ -113,16 +116,22 @@ def main() -> None:
             if len({answer.isoformat() for answer in answers.values()}) != 1:
                 print(f"  note: answers differ for {text!r}: {answers}")
             row = f"{text:42}"
+            elapsed = {}
             for name, runner in runners.items():
-                elapsed = best_of(runner, text, start, args.count, args.repeat)
-                totals[name] += elapsed
-                row += f"{elapsed * 1000:11.2f}"
+                elapsed[name] = median_of(runner, text, start, args.count, args.repeat)
+                totals[name] += elapsed[name]
+                ratios[name].append(elapsed[name] / elapsed["posixcron"])
+                row += f"{elapsed[name] * 1000:11.2f}"
             print(row)
         print(f"{'total':42}" + "".join(f"{totals[name] * 1000:11.2f}" for name in runners))
         for name in runners:
             if name != "posixcron":
                 ratio = totals[name] / totals["posixcron"]
-                print(f"  posixcron is {ratio:.1f}x faster than {name} ({label})")
+                typical = statistics.median(ratios[name])
+                print(
+                    f"  posixcron is {ratio:.1f}x faster than {name} in total, "
+                    f"{typical:.1f}x per expression (median) ({label})"
+                )
 
 
 if __name__ == "__main__":

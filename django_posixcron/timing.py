@@ -12,9 +12,8 @@ UTC = dt.UTC
 _TICK = dt.timedelta(microseconds=1)
 
 
-@lru_cache(maxsize=4096)
 def expression(schedule: str) -> CronExpression:
-    """Return the parsed expression, cached: the loop and the admin ask constantly."""
+    """Return the parsed expression: the engine's own cache answers repeated questions."""
     return CronExpression(schedule)
 
 

@@ -7,17 +7,20 @@ import datetime as dt
 import itertools
 from typing import Final
 
+from django_posixcron.cron import dst
 from django_posixcron.cron import fields as f
+from django_posixcron.cron.canonical import canonical
 from django_posixcron.cron.errors import CronSyntaxError
 
 _ONE_MINUTE: Final = dt.timedelta(minutes=1)
 _TICK: Final = dt.timedelta(microseconds=1)
 _Datetime: Final = dt.datetime
 _MAX_YEAR: Final = dt.MAXYEAR
-_CACHE_SIZE: Final = (
-    2048  # parsed expressions kept: settings hold a few dozen, the admin a few more
-)
+# The one cache of parsed expressions (the scheduler, reconcile and the admin all parse through
+# CronExpression): settings hold a few dozen, the admin a few more.
+_CACHE_SIZE: Final = 2048
 _CYCLE_DAYS: Final = 146097  # 400 Gregorian years, a whole number of weeks: the day pattern repeats
+_CYCLE_YEARS: Final = 400
 
 Wall = tuple[int, int, int, int, int]  # year, month, day, hour, minute
 
@@ -53,7 +56,11 @@ def _mask(values: tuple[int, ...]) -> int:
 
 
 class CronExpression:
-    """A strict POSIX cron expression (five fields), parsed once and immutable."""
+    """A strict POSIX cron expression (five fields), parsed once and immutable.
+
+    Two expressions are equal, hash equal and have the same ``str()`` exactly when they fire at
+    the same instants: ``str()`` is the canonical spelling (``cron/canonical.py``).
+    """
 
     __slots__ = (
         "_day_masks",
@@ -115,6 +122,10 @@ class CronExpression:
         values = tuple(
             f.parse_field(field, text) for field, text in zip(f.FIELDS, texts, strict=True)
         )
+        if values[2] is not None and values[4] is None:
+            self._check_fires(values[2], values[3] or tuple(range(1, 13)), texts[2])
+        # Equal meaning, equal text: equality, hashing and str() all follow the canonical form.
+        values = canonical(values)
         minutes, hours, doms, months, dows = values
         self._values = values
         self._text = " ".join("*" if vals is None else f.render(vals) for vals in values)
@@ -136,8 +147,6 @@ class CronExpression:
         self._next_month = _next_table(all_months, 14)
         self._min_interval = None
         self._day_masks = self._build_day_masks(doms, dows)
-        if doms is not None and dows is None:
-            self._check_fires(doms, all_months, texts[2])
 
     def _build_day_masks(
         self, doms: tuple[int, ...] | None, dows: tuple[int, ...] | None
@@ -281,38 +290,60 @@ class CronExpression:
         offset = None if tz is None or type(tz) is dt.timezone else tz.utcoffset(when)
         if offset is None or tz is None:
             return self._wall_matches(when.year, when.month, when.day, when.hour, when.minute)
+        try:
+            return self._matches_zoned(when, tz, offset)
+        except OverflowError:
+            moved = _shift(when, _inward(when))
+            return self._matches_zoned(moved, tz, tz.utcoffset(moved) or offset)
+
+    def _matches_zoned(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> bool:
         start = _Datetime(when.year, when.month, when.day, when.hour, when.minute, 0, 0, tz)
         start_utc = start - offset
         before = tz.fromutc(start_utc - _TICK)
         found = self._next_zoned(before, tz, tz.utcoffset(before) or offset)
-        found_offset = tz.utcoffset(found)
-        assert found_offset is not None
-        return found - found_offset == start_utc
+        return _instant(found) == start_utc
 
     def next_after(self, when: dt.datetime) -> dt.datetime:
         """Return the first occurrence strictly after `when`.
 
         Naive in, naive out (wall clock); aware in, aware out in the same tzinfo, following
-        Debian cron across DST changes. Raises OverflowError past the year 9999.
+        Debian cron across DST changes. Raises OverflowError when that occurrence would be
+        past the year 9999.
         """
         tz = when.tzinfo
         if tz is not None and type(tz) is not dt.timezone:
             offset = tz.utcoffset(when)
             if offset is not None:
-                if when.fold:
-                    # A wall time in a spring-forward gap with fold=1 names the instant
-                    # *before* the gap (Python reads it with the later offset): search from
-                    # that instant's own wall time, not from fields that are past it.
-                    when = tz.fromutc(when - offset)
-                    offset = tz.utcoffset(when) or offset
-                return self._next_zoned(when, tz, offset)
+                try:
+                    if when.fold:
+                        return self._next_aware(when, tz, offset)
+                    return self._next_zoned(when, tz, offset)
+                except OverflowError:
+                    years = _inward(when)
+                    moved = _shift(when, years)
+                    answer = self._next_aware(moved, tz, tz.utcoffset(moved) or offset)
+                    return _shift(answer, -years)
         found = self._at_or_after(when.year, when.month, when.day, when.hour, when.minute + 1)
         if tz is None:
             return _Datetime(*found)
         return _Datetime(*found, 0, 0, tz)
 
+    def _next_aware(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> dt.datetime:
+        if when.fold:
+            # A wall time in a spring-forward gap with fold=1 names the instant *before* the
+            # gap (Python reads it with the later offset): search from that instant's own
+            # wall time, not from fields that are past it.
+            when = tz.fromutc(when - offset)
+            offset = tz.utcoffset(when) or offset
+        return self._next_zoned(when, tz, offset)
+
     def _next_zoned(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> dt.datetime:
         """Return the first occurrence strictly after `when`, in a zone that may shift.
+
+        As cronsim does: walk the matching wall-clock minutes, and place each on the timeline
+        with the DST rule (``dst.fire_times``); the first that lands after `when` is the
+        answer. The walk goes forward on the wall clock, so it cannot see one case: from the
+        first pass of a repeated hour, the second pass of minutes already behind `when`.
 
         Instants are written as UTC wall times that keep `tz` attached (``local - offset``):
         Python compares datetimes of one tzinfo on their fields, which is then exactly the
@@ -320,80 +351,60 @@ class CronExpression:
         a DST change.
         """
         after = when - offset
+        fixed = self._fixed
         year, month, day, hour, minute = when.year, when.month, when.day, when.hour, when.minute
-        earlier_pass: dt.datetime | None = None
-        if not self._fixed and not when.fold:
+        repeat = None
+        if not fixed and not when.fold:
             other = tz.utcoffset(_Datetime(year, month, day, hour, minute, 0, 0, tz, fold=1))
             if other is not None and other < offset:
-                # `when` is on the first pass of a repeated hour: elapsed-time schedules fire
-                # again on the second pass, even at wall times not after `when`'s own.
-                earlier_pass = self._second_pass(when, offset - other, tz)
+                repeat = offset - other  # `when` is on the first pass of a repeated hour
         while True:
             year, month, day, hour, minute = self._at_or_after(year, month, day, hour, minute + 1)
             candidate = _Datetime(year, month, day, hour, minute, 0, 0, tz)
-            # Fast path: the wall time exists at `when`'s offset, as its first instance.
+            # Fast path, nearly always taken: the wall time exists once, at `when`'s offset.
             probe = tz.fromutc(candidate - offset)
-            if probe.fold or probe != candidate:
-                found = self._resolve(candidate, after, tz)
-                if found is None:
-                    continue
-            else:
+            if not probe.fold and probe == candidate:
                 found = candidate
-            if earlier_pass is not None and _instant(earlier_pass) < _instant(found):
-                return earlier_pass
-            return found
-
-    def _resolve(
-        self, candidate: dt.datetime, after: dt.datetime, tz: dt.tzinfo
-    ) -> dt.datetime | None:
-        """Return the occurrence a matching wall time gives after `after`, if any."""
-        first = tz.utcoffset(candidate)
-        twin = _Datetime(*candidate.timetuple()[:5], 0, 0, tz, fold=1)
-        second = tz.utcoffset(twin)
-        assert first is not None
-        assert second is not None
-        if first == second:
-            return candidate if candidate - first > after else None
-        if first > second:
-            # A repeated wall time. "An occurrence in a repeated (fall-back) hour fires once,
-            # at its first instance" for fixed-time schedules; "repeated ones fire again" for
-            # elapsed-time ones.
-            if candidate - first > after:
-                return candidate
-            if not self._fixed and twin - second > after:
-                return twin
-            return None
-        # A wall time skipped by a spring-forward gap. "An occurrence skipped by a
-        # spring-forward gap fires once at the first instant after the gap" for fixed-time
-        # schedules; "wall-clock minutes that do not exist are skipped" for elapsed-time ones.
-        if not self._fixed:
-            return None
-        instant = _gap_end(candidate, first, second, tz)
-        return tz.fromutc(instant) if instant > after else None
+                break
+            later = [time for time in dst.fire_times(candidate, fixed) if _instant(time) > after]
+            if later:
+                found = later[0]
+                break
+        if repeat is not None:
+            again = self._second_pass(when, repeat, tz)
+            if again is not None and _instant(again) < _instant(found):
+                return again
+        return found
 
     def _second_pass(
         self, when: dt.datetime, repeat: dt.timedelta, tz: dt.tzinfo
     ) -> dt.datetime | None:
-        """Return the first second-pass occurrence of the repeated hour `when` is in, if any."""
-        start = _Datetime(when.year, when.month, when.day, when.hour, when.minute) - repeat
+        """Return the first second-pass occurrence of the repeated hour `when` is in, if any.
+
+        `when` is on the first pass, and the clock goes back by `repeat`. An elapsed-time
+        schedule fires again on the second pass ("repeated ones fire again"), even at wall
+        times not after `when`'s own.
+        """
+        year, month, day, hour, minute = when.year, when.month, when.day, when.hour, when.minute
+        start = _Datetime(year, month, day, hour, minute) - repeat
         wall: Wall = (start.year, start.month, start.day, start.hour, start.minute)
-        limit = (when.year, when.month, when.day, when.hour, when.minute)
+        limit = (year, month, day, hour, minute)
         while True:
             wall = self._at_or_after(*wall)
             if wall > limit:
                 return None
-            candidate = _Datetime(*wall, 0, 0, tz, fold=1)
-            second = tz.utcoffset(candidate)
-            first = tz.utcoffset(_Datetime(*wall, 0, 0, tz))
-            assert first is not None
-            assert second is not None
-            if first > second:
-                return candidate
+            times = dst.fire_times(_Datetime(*wall, 0, 0, tz), fixed=False)
+            if len(times) == 2:
+                return times[1]
             wall = (wall[0], wall[1], wall[2], wall[3], wall[4] + 1)
 
     @property
     def min_interval(self) -> dt.timedelta:
-        """Return the shortest wall-clock gap between two consecutive occurrences."""
+        """Return the shortest wall-clock gap between two consecutive occurrences.
+
+        It holds in real time too wherever the offset does not change; across a DST change two
+        runs can be closer (docs/semantics.rst, "The shortest interval").
+        """
         if self._min_interval is None:
             self._min_interval = self._compute_min_interval()
         return self._min_interval
@@ -456,19 +467,21 @@ def _instant(value: dt.datetime) -> dt.datetime:
     return value - offset
 
 
-def _gap_end(
-    wall: dt.datetime, before: dt.timedelta, after: dt.timedelta, tz: dt.tzinfo
-) -> dt.datetime:
-    """Return the first whole-minute instant after the gap that skips `wall`, as `wall - offset`."""
-    low = wall - after  # still on the offset before the change
-    high = wall - before  # already on the offset after it
-    while high - low > _ONE_MINUTE:
-        middle = low + (high - low) // 2
-        middle -= dt.timedelta(seconds=middle.second, microseconds=middle.microsecond)
-        if middle <= low:
-            break
-        if tz.utcoffset(tz.fromutc(middle)) == before:
-            low = middle
-        else:
-            high = middle
-    return high
+def _inward(when: dt.datetime) -> int:
+    """Return the years to move `when` away from the end of the calendar it is near."""
+    return _CYCLE_YEARS if when.year < (dt.MINYEAR + dt.MAXYEAR) // 2 else -_CYCLE_YEARS
+
+
+def _shift(when: dt.datetime, years: int) -> dt.datetime:
+    """Return `when` moved by `years`, a multiple of 400: same date, weekday and leap day.
+
+    Near years 1 and 9999 an instant (``local - offset``) can leave datetime's range while
+    the wall time is fine. A zone's rules repeat there with the calendar: before its first
+    transition it keeps one offset (local mean time), after its last one it follows a yearly
+    rule of dates and weekdays (zoneinfo's POSIX TZ string). So the engine answers 400 years
+    inward and moves the answer back.
+    """
+    year = when.year + years
+    if year > dt.MAXYEAR:
+        raise OverflowError("no occurrence before the year 10000")
+    return when.replace(year=year)

@@ -59,8 +59,14 @@ def naive_next(spec: Spec, after: dt.datetime, limit: int) -> dt.datetime | None
     return None
 
 
-def is_occurrence(spec: Spec, instant: dt.datetime, tz: dt.tzinfo) -> bool:
-    """Return whether the whole-minute UTC `instant` (aware) is an occurrence in `tz`."""
+def is_occurrence(
+    spec: Spec, instant: dt.datetime, tz: dt.tzinfo, previous: dt.datetime | None = None
+) -> bool:
+    """Return whether the whole-minute UTC `instant` (aware) is an occurrence in `tz`.
+
+    `previous` is the instant of the wall clock's previous whole minute; one minute earlier
+    unless the zone's offsets have seconds (see `local_minutes`).
+    """
     # fromutc always works out the fold; astimezone() keeps a stale fold when zones match.
     instant = instant.astimezone(UTC).replace(fold=0)
     local = tz.fromutc(instant.replace(tzinfo=tz))
@@ -76,7 +82,7 @@ def is_occurrence(spec: Spec, instant: dt.datetime, tz: dt.tzinfo) -> bool:
         return True
     # "an occurrence skipped by a spring-forward gap fires once at the first instant after
     # the gap": this minute is that instant if the wall clock jumped forward into it.
-    before = instant - MINUTE
+    before = instant - MINUTE if previous is None else previous.astimezone(UTC)
     skipped = tz.fromutc(before.replace(tzinfo=tz)).replace(tzinfo=None) + MINUTE
     while skipped < wall:
         if spec.wall_matches(skipped):
@@ -95,3 +101,18 @@ def zoned_next(spec: Spec, after: dt.datetime, limit: int) -> dt.datetime | None
         if is_occurrence(spec, instant, tz):
             return tz.fromutc(instant.replace(tzinfo=tz))
     return None
+
+
+def local_minutes(tz: dt.tzinfo, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Return the UTC instants in [start, end] at which `tz`'s wall clock shows a whole minute.
+
+    Second by second, so it also holds for offsets with seconds (local mean time before about
+    1900), whose whole wall-clock minutes are not whole UTC minutes.
+    """
+    found = []
+    instant = start.astimezone(UTC).replace(microsecond=0)
+    while instant <= end:
+        if tz.fromutc(instant.replace(tzinfo=tz)).second == 0:
+            found.append(instant)
+        instant += dt.timedelta(seconds=1)
+    return found

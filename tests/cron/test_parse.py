@@ -26,7 +26,8 @@ def expression_with(position: int, token: str) -> str:
         ("00 003 01 01 00", "0 3 1 1 0"),
         ("5,1,3-4,2 * * * *", "1-5 * * * *"),
         ("1,2 1-1 * * *", "1,2 1 * * *"),
-        ("0-59 0-23 1-31 1-12 0-6", "0-59 0-23 1-31 1-12 0-6"),
+        # Fixed-time stays fixed-time; full day and month fields mean `*`.
+        ("0-59 0-23 1-31 1-12 0-6", "0-59 0-23 * * *"),
         ("59,0 23 31 12 6", "0,59 23 31 12 6"),
         ("0 0 29 2 *", "0 0 29 2 *"),
     ],
@@ -45,9 +46,49 @@ def test_equal_expressions_compare_and_hash_equal():
     assert one != "0,15,30,45 * * * *"
 
 
-def test_star_is_not_the_full_range():
-    # `*` is special in the day rule and the DST rule, so `0-59` stays distinct from `*`.
-    assert CronExpression("0-59 * * * *") != CronExpression("* * * * *")
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("0 0 * 1-12 *", "0 0 * * *"),
+        ("0-59 * * * *", "* * * * *"),  # the hour's `*` already makes it elapsed-time
+        ("* 0-23 * * *", "* * * * *"),
+        ("0 0 1-31 * 1", "0 0 * * *"),  # "a day matches if either matches": every day
+        ("0 0 * * 0-6", "0 0 * * *"),
+        ("0 0 1-30 4 *", "0 0 * 4 *"),
+        ("0 0 1-29 2 3", "0 0 * 2 *"),
+        ("0 0 31 2 1", "0 0 * 2 1"),  # no February 31: the Mondays of February
+        ("0 0 30,31 2,4 *", "0 0 30 4 *"),
+        ("0 0 31 1,3,5,7,8,10,12 *", "0 0 31 * *"),
+    ],
+)
+def test_expressions_with_the_same_occurrences_are_equal(one, other):
+    assert CronExpression(one) == CronExpression(other)
+    assert hash(CronExpression(one)) == hash(CronExpression(other))
+    assert str(CronExpression(one)) == str(CronExpression(other)) == other
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        # Under the day rule a full range is not `*`: every day against Mondays only.
+        ("0 0 1-31 * 1", "0 0 * * 1"),
+        ("0 0 1 * 0-6", "0 0 1 * *"),
+        # A literal `*` in the minute or hour field follows elapsed time across DST changes.
+        ("0-59 2 * * *", "* 2 * * *"),
+        ("0-59 0-23 * * *", "* * * * *"),
+        ("0 0 1-30 * *", "0 0 * * *"),
+        ("0 0 30 1-3 *", "0 0 30 1,3,4 *"),
+    ],
+)
+def test_expressions_with_different_occurrences_differ(one, other):
+    assert CronExpression(one) != CronExpression(other)
+    assert str(CronExpression(one)) != str(CronExpression(other))
+
+
+def test_one_cache_of_parsed_expressions():
+    from django_posixcron.timing import expression
+
+    assert expression("15 3 * * 1-5") is CronExpression("15 3 * * 1-5")
 
 
 def test_repr_pickle_and_copy():
@@ -365,7 +406,7 @@ def test_message_shortens_huge_tokens_but_keeps_them():
 
 def test_day_of_month_and_week_both_restricted_never_rejected():
     # Either day field may match, and every month has every weekday.
-    assert str(CronExpression("0 0 31 2 1")) == "0 0 31 2 1"
+    assert str(CronExpression("0 0 31 2 1")) == "0 0 * 2 1"
 
 
 def test_error_pickles():
