@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_posixcron.cron import CronExpression, CronSyntaxError
-from tests.cron.reference import UTC, Spec, is_occurrence, local_minutes
-from tests.cron.test_properties import (
+from tests.engine.reference import UTC, Spec, is_occurrence, local_minutes
+from tests.engine.test_properties import (
     BOUNDS,
     DENSE,
     PROPERTY,

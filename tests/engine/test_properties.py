@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from django_posixcron.cron import CronExpression, CronSyntaxError
-from tests.cron.reference import MINUTE, UTC, Spec, is_occurrence, naive_next, zoned_next
+from tests.engine.reference import MINUTE, UTC, Spec, is_occurrence, naive_next, zoned_next
 
 WINDOW = 2 * 24 * 60 + 120  # minutes the reference scans before giving up
 PROPERTY = settings(

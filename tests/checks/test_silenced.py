@@ -51,7 +51,7 @@ def test_runscheduler_refuses_silenced_errors_with_a_command_error(silenced, arg
 
 
 def test_manage_py_runscheduler_prints_it_without_a_traceback():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.declarations.silenced_settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.checks.silenced_settings"}
     env.pop("DATABASE_URL", None)
     proc = subprocess.run(
         [sys.executable, "-m", "django", "runscheduler", "--once"],
