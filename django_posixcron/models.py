@@ -39,7 +39,6 @@ class RunStatus(models.TextChoices):
 FAILURE_STATUSES = frozenset(
     {RunStatus.FAILED, RunStatus.LOST, RunStatus.INTERRUPTED, RunStatus.TIMED_OUT}
 )
-FINISHED_STATUSES = frozenset(set(RunStatus) - {RunStatus.RUNNING})
 
 
 def earliest(*instants: dt.datetime | None) -> dt.datetime | None:
@@ -73,9 +72,6 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def failing(self) -> TaskQuerySet:
         """Declared tasks whose latest finished run was a failure."""
         return self.filter(declared=True, last_run_status__in=FAILURE_STATUSES)
-
-    def failed(self) -> TaskQuerySet:
-        return self.failing()
 
     def overdue(
         self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
@@ -200,14 +196,17 @@ class RunQuerySet(models.QuerySet["Run"]):
     def running(self) -> RunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
 
-    def succeeded(self) -> RunQuerySet:
-        return self.filter(status=RunStatus.SUCCEEDED)
-
-    def failed(self) -> RunQuerySet:
-        return self.filter(status__in=FAILURE_STATUSES)
-
-    def finished(self) -> RunQuerySet:
-        return self.exclude(status=RunStatus.RUNNING)
+    def orphaned(self, own: SchedulerProcess, heartbeat_before: dt.datetime) -> RunQuerySet:
+        """Running runs of other processes that stopped, went silent, or left no row."""
+        return (
+            self.running()
+            .exclude(process_id=own.pk)
+            .filter(
+                Q(process__isnull=True)
+                | Q(process__last_heartbeat_at__lt=heartbeat_before)
+                | Q(process__stopped_at__isnull=False)
+            )
+        )
 
 
 class Run(models.Model):
@@ -264,9 +263,6 @@ class Run(models.Model):
 class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
     def live(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
         return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=now - stale_after)
-
-    def stale(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
-        return self.filter(stopped_at__isnull=True, last_heartbeat_at__lt=now - stale_after)
 
 
 class SchedulerProcess(models.Model):

@@ -59,9 +59,9 @@ def test_the_compare_and_set_refuses_a_stale_claim(tasks, make_scheduler):
     Task.objects.filter(pk=task.pk).update(next_run_at=T0 + HOUR, due_at=T0 + HOUR)
 
     declaration = scheduler.declarations[task.name]
-    changes, run = scheduler._plan(stale, T0, overlapping=False)
+    changes, run = scheduler.claimer.plan(stale, T0, scheduler.process, overlapping=False)
     with transaction.atomic():
-        written = scheduler._write_compare_and_set([(stale, declaration, changes, run)])
+        written = scheduler.claimer.write_compare_and_set([(stale, declaration, changes, run)])
 
     assert written == []
     assert not Run.objects.exists()

@@ -1,0 +1,165 @@
+"""Signal handlers that only set flags, and the forced exit a second signal asks for.
+
+"Signal handlers only set a flag (no database I/O, no locks)." A handler runs on the main
+thread between two bytecodes of whatever it interrupted, possibly inside a database call or
+while holding a lock, so it counts the signal and writes one byte to a pipe. A watcher thread
+reads the pipe and does the rest: the log line, the stop request, and on a second signal the
+forced exit, on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from django.db import connections, transaction
+
+from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.shutdown")
+
+# "A second signal ends the process within 2 s." The forced exit's writes are bounded by a
+# statement timeout of this long; a timer ends the process at FORCED_EXIT_LIMIT whatever
+# they are doing (a connection attempt to a database that is down has no statement timeout).
+STATEMENT_TIMEOUT = 1.0
+FORCED_EXIT_LIMIT = 1.8
+
+_STOP_WATCHING = b"\0"
+
+
+class SignalWatcher:
+    """Own SIGTERM and SIGINT: the first asks for a graceful stop, the second a forced exit."""
+
+    def __init__(self, on_first: Callable[[str], None], on_second: Callable[[str], None]) -> None:
+        self._on_first = on_first
+        self._on_second = on_second
+        self._previous: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self.received = 0
+
+    def install(self) -> bool:
+        """Handle SIGTERM and SIGINT; return False if already handled or not possible here."""
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return False
+        self._pipe = os.pipe()
+        self._thread = threading.Thread(target=self._watch, name="posixcron-signals-watch")
+        self._thread.daemon = True
+        self._thread.start()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return True
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._pipe[1], _STOP_WATCHING)
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(5)
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # A flag and one byte: os.write is async-signal-safe and takes no Python lock.
+        if self._pipe is not None:
+            os.write(self._pipe[1], bytes([signum]))
+
+    def _watch(self) -> None:
+        assert self._pipe is not None
+        read_fd = self._pipe[0]
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            for signum in data:
+                if signum == _STOP_WATCHING[0] or not data:
+                    return
+                self.received += 1
+                name = signal.Signals(signum).name
+                if self.received == 1:
+                    self._on_first(name)
+                else:
+                    self._on_second(name)
+                    return
+
+
+def forced_exit(
+    *,
+    using: str,
+    kill_children: Callable[[], None],
+    take_outcomes: Callable[[], list[Outcome]],
+    mark_stopped: Callable[[str], None],
+) -> None:
+    """End the process now: kill the executor's children, record what it can, exit 1.
+
+    "It kills the process executor's children, records the outcomes it already has, marks
+    the rest interrupted in one short transaction bounded by a statement timeout, and exits."
+    Runs on the watcher thread, so the transaction uses that thread's own connection, never
+    the one the main thread may be in the middle of using.
+    """
+    timer = threading.Timer(FORCED_EXIT_LIMIT, _exit_now, args=("the forced exit ran out of time",))
+    timer.daemon = True
+    timer.start()
+    try:
+        # Children first: a child that went on executing after its run is recorded as ended
+        # would be retried elsewhere while still running.
+        kill_children()
+        outcomes = take_outcomes()
+        # Session settings before BEGIN (SQLite's IMMEDIATE waits for the lock at BEGIN);
+        # PostgreSQL's SET LOCAL inside, where it lasts just this transaction.
+        postgresql = connections[using].vendor == "postgresql"
+        if not postgresql:
+            _bound_statements(using)
+        with transaction.atomic(using=using):
+            if postgresql:
+                _bound_statements(using)
+            for start in range(0, len(outcomes), 200):
+                write_outcomes(outcomes[start : start + 200], using)
+            mark_stopped(using)
+        logger.warning(
+            "forced exit: %d outcome(s) recorded",
+            len(outcomes),
+            extra={"action": "forced_exit_recorded"},
+        )
+    except BaseException:
+        logger.exception("could not record the forced exit", extra={"action": "exit_error"})
+    _exit_now("")
+
+
+def _bound_statements(using: str) -> None:
+    """Bound each statement of the current transaction by STATEMENT_TIMEOUT."""
+    connection = connections[using]
+    millis = int(STATEMENT_TIMEOUT * 1000)
+    seconds = max(1, int(STATEMENT_TIMEOUT))
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET LOCAL statement_timeout = {millis}")
+            cursor.execute(f"SET LOCAL lock_timeout = {millis}")
+        elif connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+            cursor.execute(f"SET SESSION max_statement_time = {STATEMENT_TIMEOUT}")
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+        elif connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA busy_timeout = {millis}")
+
+
+def _exit_now(reason: str) -> None:
+    if reason:
+        logger.error("%s; exiting", reason, extra={"action": "exit_error"})
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    os._exit(1)
