@@ -114,10 +114,11 @@ def forced_exit(
     timer.daemon = True
     timer.start()
     try:
-        # Children first: a child that went on executing after its run is recorded as ended
-        # would be retried elsewhere while still running.
-        kill_children()
+        # What returned is taken (and the rest sealed) before the kill, so a killed child is
+        # recorded interrupted, not failed; the kill comes before any write: a child that went
+        # on executing after its run is recorded as ended would run twice once retried.
         outcomes = take_outcomes()
+        kill_children()
         # Session settings before BEGIN (SQLite's IMMEDIATE waits for the lock at BEGIN);
         # PostgreSQL's SET LOCAL inside, where it lasts just this transaction.
         postgresql = connections[using].vendor == "postgresql"

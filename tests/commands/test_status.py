@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_posixcron.db import database_now
-from django_posixcron.management.commands.schedulerstatus import stale_after
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import stale_after
 
 pytestmark = pytest.mark.django_db
 

@@ -17,6 +17,15 @@ with open(os.environ["POSIXCRON_PROC_CONFIG"], encoding="utf-8") as _file:
 DATABASES["default"]["NAME"] = _config["DB_NAME"]
 POSIXCRON = _config["POSIXCRON"]
 
+if "EMPTY_DB_NAME" in _config:
+    # The router configuration: "default" is a database without this app's tables, and the
+    # test database is "cron", where CronRouter sends the app's models (unless ROUTER is off,
+    # and --database names the alias instead).
+    DATABASES["cron"] = dict(DATABASES["default"])
+    DATABASES["default"] = {**DATABASES["default"], "NAME": _config["EMPTY_DB_NAME"]}
+    if _config.get("ROUTER", True):
+        DATABASE_ROUTERS = ["tests.processes.routers.CronRouter"]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
