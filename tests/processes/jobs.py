@@ -59,3 +59,16 @@ def with_receiver_gate(receiver_gate: str, task_name: str = "slow-receiver") -> 
 
 
 run_finished.connect(_slow_receiver, dispatch_uid="tests.processes.jobs.slow_receiver")
+
+
+def wait_then_signal(path: str, task_name: str, record_signals: bool = True) -> None:
+    """As wait_for_file; the receiver below records each run_finished for this task."""
+    wait_for_file(path, task_name=task_name, timeout=60.0)
+
+
+def _record_signal(sender: object, run: Any, **kwargs: object) -> None:
+    if run.task.kwargs.get("record_signals"):
+        Hit.objects.create(task_name=run.task.name, label=f"signal:{run.status}")
+
+
+run_finished.connect(_record_signal, dispatch_uid="tests.processes.jobs.record_signal")

@@ -1,0 +1,111 @@
+"""Liveness while receivers are slow, and outcomes that arrive for runs already marked lost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from pathlib import Path
+
+import pytest
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.processes.conftest import Schedulers, record_task, task
+from tests.testapp.models import Hit
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_slow_run_finished_receiver_delays_neither_the_heartbeat_nor_claims(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 3: receivers ran on the loop thread, before the heartbeat.
+
+    "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
+    the heartbeat." The receiver (tests.processes.jobs) blocks until the test releases it;
+    meanwhile the process must keep beating (every second here) and start other runs.
+    """
+    gate = tmp_path / "receiver-gate"
+    schedulers.configure(
+        {
+            "slow-receiver": task(
+                "tests.processes.jobs.with_receiver_gate",
+                kwargs={"receiver_gate": str(gate)},
+            ),
+            "other": record_task("other"),
+        }
+    )
+    (child,) = schedulers.start_live(1)
+    try:
+        Task.objects.get(name="slow-receiver").request_run()
+        schedulers.wait_for(
+            lambda: Hit.objects.filter(label="receiver-blocked").exists(),
+            what="the receiver to block",
+        )
+        process = SchedulerProcess.objects.get(pid=child.pid)
+        blocked_at = process.last_heartbeat_at
+        schedulers.wait_for(
+            lambda: SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+            > blocked_at + dt.timedelta(seconds=2),
+            timeout=10,
+            what="a heartbeat while the receiver blocks",
+        )
+        Task.objects.get(name="other").request_run()
+        schedulers.wait_for(
+            lambda: Run.objects.filter(task__name="other", status=RunStatus.SUCCEEDED).exists(),
+            timeout=10,
+            what="another run to be claimed and finish while the receiver blocks",
+        )
+    finally:
+        gate.touch()
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_an_outcome_for_a_run_already_marked_lost_is_recorded_logged_and_signalled(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 6: the outcome was dropped without a log line or a signal.
+
+    A peer marks the run lost (as one does when it judges the owner dead after an outage);
+    the run then returns in its own process: "an outcome that arrives for a run already
+    marked lost is still recorded on it (logged and signalled), never dropped."
+    """
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "late": task(
+                "tests.processes.jobs.wait_then_signal",
+                kwargs={"path": str(release), "task_name": "late", "record_signals": True},
+            )
+        }
+    )
+    (child,) = schedulers.start_live(1)
+    late = Task.objects.get(name="late")
+    late.request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="late", label="started").exists(),
+        what="the run to start",
+    )
+    run = Run.objects.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.LOST, error="Lost: (a peer)")
+    release.touch()
+
+    schedulers.wait_for(
+        lambda: Run.objects.filter(pk=run.pk, status=RunStatus.SUCCEEDED).exists(),
+        what="the real outcome to be recorded over lost",
+    )
+    schedulers.wait_for(
+        lambda: "late_outcome" in child.output() or "then its outcome arrived" in child.output(),
+        what="the late outcome to be logged",
+    )
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="late", label="signal:succeeded").exists(),
+        what="run_finished to be sent for the late outcome",
+    )
+    late.refresh_from_db()
+    assert late.last_run_status == RunStatus.SUCCEEDED
+    assert late.retry_at is None
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
