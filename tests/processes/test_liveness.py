@@ -44,8 +44,10 @@ def test_a_slow_run_finished_receiver_delays_neither_the_heartbeat_nor_claims(
         process = SchedulerProcess.objects.get(pid=child.pid)
         blocked_at = process.last_heartbeat_at
         schedulers.wait_for(
-            lambda: SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
-            > blocked_at + dt.timedelta(seconds=2),
+            lambda: (
+                SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+                > blocked_at + dt.timedelta(seconds=2)
+            ),
             timeout=10,
             what="a heartbeat while the receiver blocks",
         )
