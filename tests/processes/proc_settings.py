@@ -35,3 +35,20 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {"django_posixcron": {"handlers": ["console"], "level": "INFO"}},
 }
+
+if "HOST_CLOCK_FILE" in _config:
+    # A host clock the test can step (as NTP does): seconds ahead of the real one, read from
+    # a file at every call.
+    import datetime as _dt
+    from pathlib import Path as _Path
+
+    from django.utils import timezone as _timezone
+
+    _real_now = _timezone.now
+    _clock_file = _Path(_config["HOST_CLOCK_FILE"])
+
+    def _stepped_now() -> _dt.datetime:
+        text = _clock_file.read_text().strip() if _clock_file.exists() else ""
+        return _real_now() + _dt.timedelta(seconds=float(text or 0))
+
+    _timezone.now = _stepped_now

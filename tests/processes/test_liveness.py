@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.processes.conftest import Schedulers, record_task, task
+from tests.processes.conftest import Schedulers, only_on, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -108,6 +109,41 @@ def test_an_outcome_for_a_run_already_marked_lost_is_recorded_logged_and_signall
     late.refresh_from_db()
     assert late.last_run_status == RunStatus.SUCCEEDED
     assert late.retry_at is None
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_heartbeats_follow_the_database_clock_when_the_host_clock_steps(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 7: heartbeats were host-clock estimates.
+
+    "The heartbeat itself beats on its own thread, by the database clock." The host clock
+    steps an hour ahead while the scheduler runs; no heartbeat may be written an hour ahead
+    (that would keep a dead process looking alive, and its runs unrecovered, for an hour).
+    """
+    only_on("postgresql", "mysql", why="SQLite has no clock of its own; the host's is used")
+    clock = tmp_path / "host-clock"
+    # Beats every 3 s: a beat written from a stepped host clock would stand that long.
+    schedulers.configure(
+        {"other": record_task("other")}, extra={"HOST_CLOCK_FILE": str(clock)}, POLL_INTERVAL=3
+    )
+    (child,) = schedulers.start_live(1)
+    process = SchedulerProcess.objects.get(pid=child.pid)
+    first = process.last_heartbeat_at
+    clock.write_text("3600")
+    latest: list[dt.datetime] = []
+
+    def beats_seen() -> bool:
+        beat = SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+        assert beat <= database_now("default") + dt.timedelta(seconds=1), (
+            f"heartbeat {beat.isoformat()} is ahead of the database clock\n{schedulers.outputs()}"
+        )
+        latest.append(beat)
+        return beat > first + dt.timedelta(seconds=5)
+
+    schedulers.wait_for(beats_seen, timeout=15, what="heartbeats after the host clock stepped")
     schedulers.expect_exit(child)
     child.signal(signal.SIGTERM)
     assert child.wait(timeout=20) == 0, schedulers.outputs()
