@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
+from django.db.models import Subquery
 
+from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.outcomes import update_many
@@ -203,3 +205,27 @@ class Claimer:
             )
             return False
         return True
+
+
+def peek(
+    using: str, process: SchedulerProcess, mismatched: Mapping[int, str], *, with_clock: bool
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """Return (database clock, earliest due_at among tasks this process may claim) at once."""
+    earliest_due = (
+        Task.objects.using(using).active().filter(due_at__isnull=False).order_by("due_at")
+    )
+    if mismatched:
+        earliest_due = earliest_due.exclude(pk__in=list(mismatched))
+    query = (
+        SchedulerProcess.objects.using(using)
+        .filter(pk=process.pk)
+        .annotate(next_due=Subquery(earliest_due.values("due_at")[:1]))
+    )
+    fields = ["next_due"]
+    if with_clock and has_clock(using):
+        query = query.annotate(db_now=DatabaseNow())
+        fields.append("db_now")
+    rows = list(query.values(*fields)[:1])
+    if not rows:
+        return None, None
+    return rows[0].get("db_now"), rows[0]["next_due"]

@@ -6,6 +6,7 @@ so a worker thread that ran no database code never opens a connection of its own
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -13,9 +14,10 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.models import Run, RunStatus
@@ -169,6 +171,48 @@ class Runs:
             finally:
                 self.executor.release(run.pk)
         return timed_out
+
+    def wait_idle(self, timeout: float | None, now: Callable[[], dt.datetime]) -> bool:
+        """Wait for the runs in flight to finish and record their outcomes.
+
+        Return False if `timeout` passed first. Timeouts of runs in flight are enforced while
+        waiting; outcomes the database cannot take yet stay queued for the next attempt.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = None if deadline is None else max(0.0, deadline - time.monotonic())
+            deadlines = self.deadlines()
+            if deadlines:
+                until = max(0.0, (min(deadlines) - now()).total_seconds())
+                step = until if step is None else min(step, until)
+            idle = self.executor.wait_idle(step)
+            if not idle and deadlines:
+                try:
+                    self.check_timeouts(now(), self.executor.stops_on_timeout)
+                except DatabaseError as exc:
+                    logger.error(
+                        "could not record a timeout: %s", exc, extra={"action": "db_error"}
+                    )
+                idle = self.executor.wait_idle(0)
+            if idle:
+                self._flush_or_keep()
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def _flush_or_keep(self) -> None:
+        try:
+            self.flush()
+        except (OperationalError, InterfaceError) as exc:
+            # Kept in memory for the next attempt (a tick, or the shutdown's).
+            logger.error(
+                "could not record %d outcome(s) yet, database unavailable: %s",
+                self.unrecorded,
+                exc,
+                extra={"action": "db_error"},
+            )
+            with contextlib.suppress(Exception):
+                connections[self.using].close()
 
     def queue(self, outcome: Outcome) -> None:
         with self.lock:

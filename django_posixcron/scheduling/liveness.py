@@ -36,6 +36,13 @@ def register(using: str, now: dt.datetime) -> SchedulerProcess:
     )
 
 
+def mark_stopped(using: str, process: SchedulerProcess) -> None:
+    """Record that this process stopped: its runs are no longer anyone's."""
+    SchedulerProcess.objects.using(using).filter(pk=process.pk).update(
+        stopped_at=DatabaseNow() if has_clock(using) else dj_timezone.now()
+    )
+
+
 class Heartbeat:
     """Beat for one process row every `every` seconds on a thread and connection of its own."""
 

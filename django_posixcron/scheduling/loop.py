@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -22,15 +23,14 @@ from django.db import (
     close_old_connections,
     connections,
 )
-from django.db.models import Subquery
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
+from django_posixcron.db import app_alias, database_now
 from django_posixcron.executors import Executor, ThreadExecutor
-from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.models import Run, SchedulerProcess
 from django_posixcron.scheduling import liveness, rules, shutdown
-from django_posixcron.scheduling.claim import Claimer
+from django_posixcron.scheduling.claim import Claimer, peek
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
 from django_posixcron.scheduling.outcomes import Notifier, log_finished
@@ -50,6 +50,52 @@ CLOCK_SKEW_WARNING = dt.timedelta(seconds=1)
 
 # At shutdown, run_finished receivers get this long to catch up before the process exits.
 RECEIVERS_DRAIN = 10.0
+
+
+class Outage:
+    """The loop's back-off through a database outage, and the grace it gives others after."""
+
+    def __init__(self, stale_after: dt.timedelta) -> None:
+        self.stale_after = stale_after
+        self.failures = 0
+        # After a database outage every process's heartbeat looks stale, its own included:
+        # until this monotonic instant, no other process's runs are presumed lost.
+        self.judge_from = 0.0
+
+    def may_judge_others(self) -> bool:
+        return time.monotonic() >= self.judge_from
+
+    def failed(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
+        """Count one more failure; log it; return how long to wait before the next try."""
+        self.failures += 1
+        delay = rules.back_off(self.failures)
+        if isinstance(exc, DatabaseError):
+            # The others were cut off as long as we were, and may be sleeping in their own
+            # back-off: once we are back, give them a full stale threshold plus one back-off
+            # to heartbeat again before their running runs are marked lost (and retried while
+            # they may still be running).
+            self.judge_from = (
+                time.monotonic() + delay + self.stale_after.total_seconds() + rules.BACKOFF_MAX
+            )
+        if log:
+            logger.error(
+                "database unavailable (attempt %d), retrying in %.1f s: %s",
+                self.failures,
+                delay,
+                str(exc).strip() or type(exc).__name__,
+                exc_info=exc if exc_info else None,
+                extra={"action": "db_error"},
+            )
+        return delay
+
+    def recovered(self) -> None:
+        if self.failures:
+            logger.warning(
+                "database reachable again after %d failed attempts",
+                self.failures,
+                extra={"action": "db_recovered"},
+            )
+            self.failures = 0
 
 
 @dataclasses.dataclass
@@ -104,15 +150,15 @@ class Scheduler:
         self.runs = Runs(self.executor, self.using, self.notifier)
         self.claimer = Claimer(self.declarations, self.using)
         self.pruner = Pruner(self.using, conf.history_days, self.now)
-        self.signals = shutdown.SignalWatcher(self._on_first_signal, self._on_second_signal)
+        self.signals = shutdown.SignalWatcher(
+            functools.partial(shutdown.first_signal, self),
+            functools.partial(shutdown.second_signal, self),
+        )
 
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._clock_offset = dt.timedelta(0)
-        self._failures = 0
-        # After a database outage every process's heartbeat looks stale, its own included:
-        # until this monotonic instant, no other process's runs are presumed lost.
-        self._lost_check_from = 0.0
+        self.outage = Outage(self.stale_after)
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
         self._serving_threads = False
@@ -190,13 +236,15 @@ class Scheduler:
             # Driven by tick() alone (tests, system cron): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
-        db_now, next_due = self._peek(with_clock=not explicit)
+        db_now, next_due = peek(
+            self.using, self.process, self.claimer.mismatched, with_clock=not explicit
+        )
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
                 self._clock_offset = db_now - dj_timezone.now()
         result = TickResult(now=now, next_due_at=next_due)
-        if time.monotonic() >= self._lost_check_from:
+        if self.outage.may_judge_others():
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier
             )
@@ -216,28 +264,6 @@ class Scheduler:
         self.pruner.prune(now)
         result.wake_in = self._wake_in(result, limit)
         return result
-
-    def _peek(self, *, with_clock: bool) -> tuple[dt.datetime | None, dt.datetime | None]:
-        """Return (database clock, earliest due_at) in one query."""
-        assert self.process is not None
-        earliest_due = (
-            Task.objects.using(self.using).active().filter(due_at__isnull=False).order_by("due_at")
-        )
-        if self.claimer.mismatched:
-            earliest_due = earliest_due.exclude(pk__in=list(self.claimer.mismatched))
-        query = (
-            SchedulerProcess.objects.using(self.using)
-            .filter(pk=self.process.pk)
-            .annotate(next_due=Subquery(earliest_due.values("due_at")[:1]))
-        )
-        fields = ["next_due"]
-        if with_clock and has_clock(self.using):
-            query = query.annotate(db_now=DatabaseNow())
-            fields.append("db_now")
-        rows = list(query.values(*fields)[:1])
-        if not rows:
-            return None, None
-        return rows[0].get("db_now"), rows[0]["next_due"]
 
     def _wake_in(self, result: TickResult, limit: int) -> float:
         now = result.now
@@ -311,29 +337,11 @@ class Scheduler:
         except Exception as exc:
             logger.exception("scheduler tick failed", extra={"action": "tick_error"})
             return self._back_off(exc, log=False)
-        self._note_recovered()
+        self.outage.recovered()
         return result.wake_in
 
     def _back_off(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
-        self._failures += 1
-        delay = rules.back_off(self._failures)
-        if isinstance(exc, DatabaseError):
-            # The others were cut off as long as we were, and may be sleeping in their own
-            # back-off: once we are back, give them a full stale threshold plus one back-off
-            # to heartbeat again before their running runs are marked lost (and retried while
-            # they may still be running).
-            self._lost_check_from = (
-                time.monotonic() + delay + self.stale_after.total_seconds() + rules.BACKOFF_MAX
-            )
-        if log:
-            logger.error(
-                "database unavailable (attempt %d), retrying in %.1f s: %s",
-                self._failures,
-                delay,
-                str(exc).strip() or type(exc).__name__,
-                exc_info=exc if exc_info else None,
-                extra={"action": "db_error"},
-            )
+        delay = self.outage.failed(exc, log=log, exc_info=exc_info)
         try:
             # Throw the broken connection away; the next tick opens a fresh one.
             connections[self.using].close()
@@ -360,22 +368,13 @@ class Scheduler:
                     self._wake.clear()
                     self._wake.wait(self._back_off(exc))
                     continue
-                self._note_recovered()
+                self.outage.recovered()
                 ready = True
                 return result
             return None
         finally:
             if installed and not ready:
                 self.signals.restore()
-
-    def _note_recovered(self) -> None:
-        if self._failures:
-            logger.warning(
-                "database reachable again after %d failed attempts",
-                self._failures,
-                extra={"action": "db_recovered"},
-            )
-            self._failures = 0
 
     # -- waiting and stopping -----------------------------------------------------------------
 
@@ -385,104 +384,10 @@ class Scheduler:
         Return False if `timeout` passed first. Timeouts of runs in flight are enforced
         while waiting.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            step = None if deadline is None else max(0.0, deadline - time.monotonic())
-            deadlines = self.runs.deadlines()
-            if deadlines:
-                until = max(0.0, (min(deadlines) - self.now()).total_seconds())
-                step = until if step is None else min(step, until)
-            idle = self.executor.wait_idle(step)
-            if not idle and deadlines:
-                try:
-                    self.runs.check_timeouts(self.now(), self.executor.stops_on_timeout)
-                except DatabaseError as exc:
-                    logger.error(
-                        "could not record a timeout: %s", exc, extra={"action": "db_error"}
-                    )
-                idle = self.executor.wait_idle(0)
-            if idle:
-                self._flush_or_keep()
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    def _flush_or_keep(self) -> None:
-        try:
-            self.runs.flush()
-        except (OperationalError, InterfaceError) as exc:
-            # Kept in memory for the next attempt (a tick, or the shutdown's).
-            logger.error(
-                "could not record %d outcome(s) yet, database unavailable: %s",
-                self.unrecorded,
-                exc,
-                extra={"action": "db_error"},
-            )
-            with contextlib.suppress(Exception):
-                connections[self.using].close()
+        return self.runs.wait_idle(timeout, self.now)
 
     def shutdown(self) -> None:
         """Stop claiming, wait up to `grace` for runs, mark the rest interrupted."""
         self.request_stop()
-        if self.process is None:
-            return
-        running = len(self.runs.pks())
-        if running:
-            logger.info(
-                "waiting up to %.0f s for %d running task(s)",
-                self.grace,
-                running,
-                extra={"action": "shutdown_waiting"},
-            )
-        self.wait_idle(self.grace)
-        try:
-            self.runs.interrupt_remaining(
-                "Interrupted: the scheduler was asked to stop and the run did not "
-                f"finish within the {self.grace:g} s grace period."
-            )
-            self.runs.flush()
-            self._mark_stopped(self.using)
-        except DatabaseError as exc:
-            logger.error(
-                "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
-                "schedulers will mark the runs lost",
-                exc,
-                self.unrecorded,
-                extra={"action": "shutdown_db_error"},
-            )
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-        self.notifier.stop(RECEIVERS_DRAIN)
-        self.executor.close()
-        logger.info(
-            "scheduler stopped process=%s",
-            self.process.label,
-            extra={"action": "scheduler_stopped"},
-        )
-
-    def _mark_stopped(self, using: str) -> None:
         if self.process is not None:
-            SchedulerProcess.objects.using(using).filter(pk=self.process.pk).update(
-                stopped_at=DatabaseNow() if has_clock(using) else dj_timezone.now()
-            )
-
-    def _on_first_signal(self, name: str) -> None:
-        logger.warning(
-            "%s received: no new claims; waiting up to %g s for running tasks "
-            "(send it again to exit at once)",
-            name,
-            self.grace,
-            extra={"action": "shutdown_requested"},
-        )
-        self.request_stop()
-
-    def _on_second_signal(self, name: str) -> None:
-        logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
-        shutdown.forced_exit(
-            using=self.using,
-            kill_children=self.executor.kill_all,
-            take_outcomes=lambda: self.runs.take_all(
-                "Interrupted: the scheduler was told to exit at once (a second signal)."
-            ),
-            mark_stopped=self._mark_stopped,
-        )
+            shutdown.graceful(self, RECEIVERS_DRAIN)

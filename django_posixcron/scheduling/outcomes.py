@@ -199,8 +199,14 @@ def write_outcomes(
             using,
         )
         _record_task_outcomes(recorded, task_rows, using)
+    _announce(recorded, current, notifier)
+    return recorded
+
+
+def _announce(recorded: list[Outcome], previous: dict[int, str], notifier: Notifier | None) -> None:
+    """Log each recorded outcome and send run_finished for it."""
     for o in recorded:
-        if current[o.run.pk] == RunStatus.LOST:
+        if previous[o.run.pk] == RunStatus.LOST:
             logger.warning(
                 "run %s of task %s was marked lost, then its outcome arrived: recorded as %s",
                 o.run.pk,
@@ -211,7 +217,6 @@ def write_outcomes(
         log_finished(o.run)
         if notifier is not None:
             notifier.finished(o.run)
-    return recorded
 
 
 def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]:

@@ -16,11 +16,15 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
+from django_posixcron.scheduling.liveness import mark_stopped
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
+
+if TYPE_CHECKING:
+    from django_posixcron.scheduling.loop import Scheduler
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.shutdown")
@@ -94,6 +98,73 @@ class SignalWatcher:
                 else:
                     self._on_second(name)
                     return
+
+
+def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
+    """Wait up to the grace period for runs, mark the rest interrupted, stop the threads.
+
+    "First SIGTERM / SIGINT: stop claiming, wait up to --grace for running runs, mark those
+    still running interrupted (their retry rule applies), exit 0."
+    """
+    assert scheduler.process is not None
+    runs, grace = scheduler.runs, scheduler.grace
+    running = len(runs.pks())
+    if running:
+        logger.info(
+            "waiting up to %.0f s for %d running task(s)",
+            grace,
+            running,
+            extra={"action": "shutdown_waiting"},
+        )
+    scheduler.wait_idle(grace)
+    try:
+        runs.interrupt_remaining(
+            "Interrupted: the scheduler was asked to stop and the run did not "
+            f"finish within the {grace:g} s grace period."
+        )
+        runs.flush()
+        mark_stopped(scheduler.using, scheduler.process)
+    except DatabaseError as exc:
+        logger.error(
+            "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
+            "schedulers will mark the runs lost",
+            exc,
+            runs.unrecorded,
+            extra={"action": "shutdown_db_error"},
+        )
+    if scheduler.heartbeat is not None:
+        scheduler.heartbeat.stop()
+    scheduler.notifier.stop(receivers_drain)
+    scheduler.executor.close()
+    logger.info(
+        "scheduler stopped process=%s",
+        scheduler.process.label,
+        extra={"action": "scheduler_stopped"},
+    )
+
+
+def first_signal(scheduler: Scheduler, name: str) -> None:
+    logger.warning(
+        "%s received: no new claims; waiting up to %g s for running tasks "
+        "(send it again to exit at once)",
+        name,
+        scheduler.grace,
+        extra={"action": "shutdown_requested"},
+    )
+    scheduler.request_stop()
+
+
+def second_signal(scheduler: Scheduler, name: str) -> None:
+    logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
+    process = scheduler.process
+    forced_exit(
+        using=scheduler.using,
+        kill_children=scheduler.executor.kill_all,
+        take_outcomes=lambda: scheduler.runs.take_all(
+            "Interrupted: the scheduler was told to exit at once (a second signal)."
+        ),
+        mark_stopped=lambda using: mark_stopped(using, process) if process else None,
+    )
 
 
 def forced_exit(

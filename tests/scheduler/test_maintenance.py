@@ -105,7 +105,7 @@ def test_after_an_outage_no_runs_are_presumed_lost_until_others_could_heartbeat(
     assert Run.objects.get(task=task).status == RunStatus.RUNNING
 
     # Past the grace, a process that really is silent has its runs marked lost.
-    other._lost_check_from = 0.0
+    other.outage.judge_from = 0.0
     SchedulerProcess.objects.filter(pk=owner.process.pk).update(
         last_heartbeat_at=other.now() - dt.timedelta(minutes=5)
     )

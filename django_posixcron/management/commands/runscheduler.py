@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -252,25 +253,7 @@ class Command(BaseCommand):
             return database
 
         if options["once"]:
-            # Driven from system cron: the next invocation is the retry, so say why and exit.
-            try:
-                database = prepare()
-            except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database is unavailable: {exc}".strip()) from None
-            self._summary(scheduler, database)
-            try:
-                result = scheduler.run_once()
-            except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database became unavailable: {exc}".strip()) from None
-            self.stdout.write(
-                f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
-            )
-            if scheduler.unrecorded:
-                raise CommandError(
-                    f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
-                    "became unavailable (see the log above). Other schedulers will mark those "
-                    "runs lost."
-                )
+            self._once(scheduler, prepare)
             return
         # A long-running scheduler started before its database (a host reboot) waits for it.
         ready = scheduler.until_reachable(prepare)
@@ -278,6 +261,28 @@ class Command(BaseCommand):
             return  # stopped by a signal while waiting
         self._summary(scheduler, ready)
         scheduler.run()
+
+    def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
+        """Tick once, wait for its runs, and say how it went (for system cron)."""
+        # Driven from system cron: the next invocation is the retry, so say why and exit.
+        try:
+            database = prepare()
+        except (OperationalError, InterfaceError) as exc:
+            raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+        self._summary(scheduler, database)
+        try:
+            result = scheduler.run_once()
+        except (OperationalError, InterfaceError) as exc:
+            raise CommandError(f"The database became unavailable: {exc}".strip()) from None
+        self.stdout.write(
+            f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
+        )
+        if scheduler.unrecorded:
+            raise CommandError(
+                f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
+                "became unavailable (see the log above). Other schedulers will mark those "
+                "runs lost."
+            )
 
     def _summary(self, scheduler: Any, database: str) -> None:
         from django_posixcron.models import Task
