@@ -1,10 +1,12 @@
 """Signal handlers that only set flags, and the forced exit a second signal asks for.
 
-"Signal handlers only set a flag (no database I/O, no locks)." A handler runs on the main
-thread between two bytecodes of whatever it interrupted, possibly inside a database call or
-while holding a lock, so it counts the signal and writes one byte to a pipe. A watcher thread
-reads the pipe and does the rest: the log line, the stop request, and on a second signal the
-forced exit, on a connection of its own.
+"Signal handlers only set a flag (no database I/O, no locks)." A Python handler runs on the
+main thread between two bytecodes of whatever it interrupted, possibly inside a database call
+or while holding a lock, and not at all while that thread is blocked in a driver's C call
+(mysqlclient waiting on a row lock). So the signal is taken from Python's wakeup fd, which
+the interpreter's C-level handler writes the signal number to the moment it arrives; the
+Python handlers do nothing. A watcher thread reads the fd and does the rest: the log line,
+the stop request, and on a second signal the forced exit, on a connection of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class SignalWatcher:
         self._previous: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
+        self._previous_fd = -1
         self.received = 0
 
     def install(self) -> bool:
@@ -54,6 +57,8 @@ class SignalWatcher:
         if self._previous or threading.current_thread() is not threading.main_thread():
             return False
         self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="posixcron-signals-watch")
         self._thread.daemon = True
         self._thread.start()
@@ -66,6 +71,7 @@ class SignalWatcher:
             signal.signal(signum, handler)
         self._previous.clear()
         if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_fd)
             with contextlib.suppress(OSError):
                 os.write(self._pipe[1], _STOP_WATCHING)
             if self._thread is not None and self._thread is not threading.current_thread():
@@ -76,9 +82,7 @@ class SignalWatcher:
             self._pipe = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # A flag and one byte: os.write is async-signal-safe and takes no Python lock.
-        if self._pipe is not None:
-            os.write(self._pipe[1], bytes([signum]))
+        """Do nothing: the wakeup fd already told the watcher (and replaces the default)."""
 
     def _watch(self) -> None:
         assert self._pipe is not None
@@ -88,9 +92,13 @@ class SignalWatcher:
                 data = os.read(read_fd, 64)
             except OSError:
                 return
+            if not data:
+                return
             for signum in data:
-                if signum == _STOP_WATCHING[0] or not data:
+                if signum == _STOP_WATCHING[0]:
                     return
+                if signum not in (signal.SIGTERM, signal.SIGINT):
+                    continue  # another signal some other code handles
                 self.received += 1
                 name = signal.Signals(signum).name
                 if self.received == 1:
