@@ -11,6 +11,7 @@ from django.db import connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from django_posixcron.reconcile import reconcile
+from django_posixcron.scheduler import Scheduler
 from tests.scheduler.conftest import T0
 from tests.testapp.models import Hit
 
@@ -137,7 +138,7 @@ def test_schedulers_racing_on_their_own_connections_fire_each_occurrence_once(
     claimed: list[int] = []
     lock = threading.Lock()
 
-    def race(scheduler) -> None:
+    def race(scheduler: Scheduler) -> None:
         try:
             scheduler.start()
             for minute in range(rounds):
