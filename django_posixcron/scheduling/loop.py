@@ -233,7 +233,7 @@ class Scheduler:
         explicit = now is not None
         self.runs.flush()
         if not self.heartbeat.threaded:
-            # Driven by tick() alone (tests, system cron): beat here, at the tick's instant.
+            # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
         db_now, next_due = peek(
