@@ -47,6 +47,18 @@ def earliest(*instants: dt.datetime | None) -> dt.datetime | None:
     return min(present) if present else None
 
 
+def due_at(
+    next_run_at: dt.datetime | None,
+    retry_at: dt.datetime | None,
+    run_requested_at: dt.datetime | None,
+) -> dt.datetime | None:
+    """Return when a task is next due: "due_at = min(next_run_at, retry_at)", and a request.
+
+    The one formula: the claim, the outcome writes and the model compute it here.
+    """
+    return earliest(next_run_at, retry_at, run_requested_at)
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     def active(self) -> TaskQuerySet:
         """Declared in settings and not paused: the tasks that may fire."""
@@ -162,7 +174,7 @@ class Task(models.Model):
         return "paused" if self.paused else "active"
 
     def compute_due_at(self) -> dt.datetime | None:
-        return earliest(self.next_run_at, self.retry_at, self.run_requested_at)
+        return due_at(self.next_run_at, self.retry_at, self.run_requested_at)
 
     def pause(self) -> None:
         """Pause the task; the write touches only `paused`."""

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import close_old_connections, connections, transaction
 from django.db.models import Model
 
-from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, earliest
+from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
 from django_posixcron.signals import run_finished
 
@@ -247,8 +247,8 @@ def _record_task_outcomes(
         row["retry_at"] = rules.retry_after_outcome(
             o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
         )
-        due_at = earliest(row["next_run_at"], row["retry_at"], row["run_requested_at"])
-        touched[row["pk"]] = (row["pk"], o.status, o.finished_at, row["retry_at"], due_at)
+        due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
+        touched[row["pk"]] = (row["pk"], o.status, o.finished_at, row["retry_at"], due)
     update_many(
         Task,
         ["last_run_status", "last_run_finished_at", "retry_at", "due_at"],

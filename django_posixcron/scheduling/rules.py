@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
-from django_posixcron.models import FAILURE_STATUSES, RunStatus, Trigger, earliest
+from django_posixcron.models import FAILURE_STATUSES, RunStatus, Trigger, due_at
 from django_posixcron.timing import next_occurrence
 
 # A process is presumed dead once it has missed three heartbeats: one slow beat (a GC pause,
@@ -106,7 +106,7 @@ def after_claim(
         "next_run_at": next_run_at,
         "retry_at": retry_at,
         "run_requested_at": run_requested_at,
-        "due_at": earliest(next_run_at, retry_at, run_requested_at),
+        "due_at": due_at(next_run_at, retry_at, run_requested_at),
         "last_run_started_at": last_run_started_at,
     }
     return Claimed(changes, trigger, scheduled_for, skipped=decided is not None and overlapping)
