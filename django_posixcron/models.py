@@ -41,13 +41,24 @@ class RunStatus(models.TextChoices):
 FAILURE_STATUSES = frozenset(
     {RunStatus.FAILED, RunStatus.LOST, RunStatus.INTERRUPTED, RunStatus.TIMED_OUT}
 )
-FINISHED_STATUSES = frozenset(set(RunStatus) - {RunStatus.RUNNING})
 
 
 def earliest(*instants: dt.datetime | None) -> dt.datetime | None:
     """Return the earliest of the given instants, ignoring None."""
     present = [i for i in instants if i is not None]
     return min(present) if present else None
+
+
+def due_at(
+    next_run_at: dt.datetime | None,
+    retry_at: dt.datetime | None,
+    run_requested_at: dt.datetime | None,
+) -> dt.datetime | None:
+    """Return when a task is next due: "due_at = min(next_run_at, retry_at)", and a request.
+
+    The one formula: the claim, the outcome writes and the model compute it here.
+    """
+    return earliest(next_run_at, retry_at, run_requested_at)
 
 
 class TaskQuerySet(models.QuerySet["Task"]):
@@ -75,9 +86,6 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def failing(self) -> TaskQuerySet:
         """Declared tasks whose latest finished run was a failure."""
         return self.filter(declared=True, last_run_status__in=FAILURE_STATUSES)
-
-    def failed(self) -> TaskQuerySet:
-        return self.failing()
 
     def overdue(
         self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
@@ -201,7 +209,7 @@ class Task(models.Model):
         return "paused" if self.paused else "active"
 
     def compute_due_at(self) -> dt.datetime | None:
-        return earliest(self.next_run_at, self.retry_at, self.run_requested_at)
+        return due_at(self.next_run_at, self.retry_at, self.run_requested_at)
 
     def pause(self) -> None:
         """Pause the task; the write touches only `paused`."""
@@ -232,14 +240,21 @@ class RunQuerySet(models.QuerySet["Run"]):
     def running(self) -> RunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
 
-    def succeeded(self) -> RunQuerySet:
-        return self.filter(status=RunStatus.SUCCEEDED)
-
-    def failed(self) -> RunQuerySet:
-        return self.filter(status__in=FAILURE_STATUSES)
-
     def finished(self) -> RunQuerySet:
+        """Runs with an outcome: the ones history pruning and the admin may delete."""
         return self.exclude(status=RunStatus.RUNNING)
+
+    def orphaned(self, own: SchedulerProcess, heartbeat_before: dt.datetime) -> RunQuerySet:
+        """Running runs of other processes that stopped, went silent, or left no row."""
+        return (
+            self.running()
+            .exclude(process_id=own.pk)
+            .filter(
+                Q(process__isnull=True)
+                | Q(process__last_heartbeat_at__lt=heartbeat_before)
+                | Q(process__stopped_at__isnull=False)
+            )
+        )
 
 
 class Run(models.Model):
@@ -296,9 +311,6 @@ class Run(models.Model):
 class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
     def live(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
         return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=now - stale_after)
-
-    def stale(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
-        return self.filter(stopped_at__isnull=True, last_heartbeat_at__lt=now - stale_after)
 
 
 class SchedulerProcess(models.Model):

@@ -15,10 +15,11 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone as dj_timezone
 
+from django_posixcron.db import app_alias
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.models import Task
 from django_posixcron.timing import first_cursor, zone
@@ -135,7 +136,7 @@ def _iso(instant: dt.datetime | None, tz: str) -> str:
 def _new_task(declaration: TaskDeclaration, now: dt.datetime) -> Task:
     task = Task(
         name=declaration.name,
-        **{field: _declared(declaration, field) for field in DEFINITION_FIELDS},
+        **{field: getattr(declaration, field) for field in DEFINITION_FIELDS},
         declared=True,
         paused=False,
         next_run_at=first_cursor(declaration.schedule, declaration.timezone, now),
@@ -144,10 +145,6 @@ def _new_task(declaration: TaskDeclaration, now: dt.datetime) -> Task:
     )
     task.due_at = task.compute_due_at()
     return task
-
-
-def _declared(declaration: TaskDeclaration, field: str) -> Any:
-    return getattr(declaration, field)
 
 
 def plan(
@@ -200,7 +197,7 @@ def plan(
 def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change | None:
     """Return the change that brings `row` in line with `declaration`, or None."""
     changed = [
-        field for field in DEFINITION_FIELDS if getattr(row, field) != _declared(declaration, field)
+        field for field in DEFINITION_FIELDS if getattr(row, field) != getattr(declaration, field)
     ]
     restoring = not row.declared
     # A new zone or schedule, a return to settings, or a lost cursor: start again from now.
@@ -210,13 +207,13 @@ def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change
         return None
     task = copy.copy(row)
     details = [
-        f"{field} {getattr(row, field)!r} -> {_declared(declaration, field)!r}"
+        f"{field} {getattr(row, field)!r} -> {getattr(declaration, field)!r}"
         for field in changed
         if field != "definition_hash"
     ]
     fields = [*changed, "updated_at"]
     for field in changed:
-        setattr(task, field, _declared(declaration, field))
+        setattr(task, field, getattr(declaration, field))
     if restoring:
         task.declared = True
         # A retry owed, or a run requested, before the task left settings belongs to its
@@ -339,8 +336,7 @@ def _log(result: Plan) -> None:
     logger.info("%s", result.summary(), extra={"action": "reconciled", "counts": result.counts()})
 
 
-def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime) -> Plan:
-    alias = router.db_for_write(Task)
+def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias: str) -> Plan:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             with _serialised(alias):
@@ -364,14 +360,14 @@ def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime) -> Pla
     raise AssertionError("unreachable")
 
 
-def apply(plan: Plan) -> Plan:
+def apply(plan: Plan, using: str | None = None) -> Plan:
     """Apply `plan` in one serialised transaction and return what was actually done.
 
     The rows are read again inside the lock and the plan recomputed from the same
     declarations and `now`, so a process that waited for another one's reconciliation does
     not create or rewrite what that one already did.
     """
-    return _apply(plan.declarations, plan.now)
+    return _apply(plan.declarations, plan.now, app_alias(using))
 
 
 def reconcile(
@@ -379,12 +375,16 @@ def reconcile(
     now: dt.datetime | None = None,
     declarations: Mapping[str, TaskDeclaration] | None = None,
     check_only: bool = False,
+    using: str | None = None,
 ) -> Plan:
-    """Bring the Task table in line with settings (or only plan it when `check_only`)."""
+    """Bring the Task table in line with settings (or only plan it when `check_only`).
+
+    `using` overrides the alias the routers choose for the app's models.
+    """
+    alias = app_alias(using)
     now = now or dj_timezone.now()
     if declarations is None:
         declarations = load_declarations()
     if check_only:
-        alias = router.db_for_read(Task)
         return plan(declarations, Task.objects.using(alias).all(), now)
-    return _apply(declarations, now)
+    return _apply(declarations, now, alias)

@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
 from django_posixcron.models import FAILURE_STATUSES, RunStatus
-from django_posixcron.scheduler import stale_after
+from django_posixcron.scheduling.rules import stale_after
 from django_posixcron.timing import expression, zone
 
 STATE_LABELS = {"active": _("active"), "paused": _("paused"), "retired": _("retired")}

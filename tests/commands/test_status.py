@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_posixcron.management.commands.schedulerstatus import database_now, stale_after
+from django_posixcron.db import database_now
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import stale_after
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,7 @@ SECOND = dt.timedelta(seconds=1)
 
 @pytest.fixture
 def now() -> dt.datetime:
-    return database_now()
+    return database_now("default")
 
 
 @pytest.fixture(autouse=True)
@@ -179,7 +180,7 @@ def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
 
     from django_posixcron.management.commands import schedulerstatus
 
-    def refuse() -> dt.datetime:
+    def refuse(using: str) -> dt.datetime:
         raise OperationalError("connection refused\n\tIs the server running?")
 
     monkeypatch.setattr(schedulerstatus, "database_now", refuse)

@@ -135,14 +135,22 @@ class Schedulers:
     # -- settings -------------------------------------------------------------------------
 
     def configure(
-        self, tasks: dict[str, Any], *, db_name: str | None = None, **top_level: Any
+        self,
+        tasks: dict[str, Any],
+        *,
+        db_name: str | None = None,
+        extra: dict[str, Any] | None = None,
+        **top_level: Any,
     ) -> Path:
-        """Write the settings the next started processes read; return the file."""
+        """Write the settings the next started processes read; return the file.
+
+        `extra` goes to proc_settings beside the database name (EMPTY_DB_NAME, ROUTER).
+        """
         posixcron = {"TASKS": tasks, "POLL_INTERVAL": 1, "CONCURRENCY": 4, **top_level}
         self._configs += 1
         path = self.tmp_path / f"settings-{self._configs}.json"
         name = str(connection.settings_dict["NAME"]) if db_name is None else db_name
-        path.write_text(json.dumps({"DB_NAME": name, "POSIXCRON": posixcron}))
+        path.write_text(json.dumps({"DB_NAME": name, "POSIXCRON": posixcron, **(extra or {})}))
         self.config_path = path
         return path
 

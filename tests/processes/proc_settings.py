@@ -17,6 +17,15 @@ with open(os.environ["POSIXCRON_PROC_CONFIG"], encoding="utf-8") as _file:
 DATABASES["default"]["NAME"] = _config["DB_NAME"]
 POSIXCRON = _config["POSIXCRON"]
 
+if "EMPTY_DB_NAME" in _config:
+    # The router configuration: "default" is a database without this app's tables, and the
+    # test database is "cron", where CronRouter sends the app's models (unless ROUTER is off,
+    # and --database names the alias instead).
+    DATABASES["cron"] = dict(DATABASES["default"])
+    DATABASES["default"] = {**DATABASES["default"], "NAME": _config["EMPTY_DB_NAME"]}
+    if _config.get("ROUTER", True):
+        DATABASE_ROUTERS = ["tests.processes.routers.CronRouter"]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -26,3 +35,20 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {"django_posixcron": {"handlers": ["console"], "level": "INFO"}},
 }
+
+if "HOST_CLOCK_FILE" in _config:
+    # A host clock the test can step (as NTP does): seconds ahead of the real one, read from
+    # a file at every call.
+    import datetime as _dt
+    from pathlib import Path as _Path
+
+    from django.utils import timezone as _timezone
+
+    _real_now = _timezone.now
+    _clock_file = _Path(_config["HOST_CLOCK_FILE"])
+
+    def _stepped_now() -> _dt.datetime:
+        text = _clock_file.read_text().strip() if _clock_file.exists() else ""
+        return _real_now() + _dt.timedelta(seconds=float(text or 0))
+
+    _timezone.now = _stepped_now

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.db import connection
+from django.db import connection, connections
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from tests.testapp.models import Hit
@@ -98,9 +98,10 @@ def test_once_reconciles_fires_what_is_due_waits_and_exits(posixcron):
 
 @pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB/MySQL only")
 def test_old_mariadb_is_refused_with_a_clear_message(monkeypatch):
-    connection.ensure_connection()
-    monkeypatch.setitem(connection.__dict__, "mysql_version", (10, 5, 9))
-    monkeypatch.setitem(connection.__dict__, "mysql_is_mariadb", True)
+    wrapper = connections["default"]  # the wrapper itself: the command asks it by alias
+    wrapper.ensure_connection()
+    monkeypatch.setitem(wrapper.__dict__, "mysql_version", (10, 5, 9))
+    monkeypatch.setitem(wrapper.__dict__, "mysql_is_mariadb", True)
     with pytest.raises(CommandError, match=r"SKIP LOCKED, which MariaDB has from 10\.6"):
         run("--once")
 

@@ -11,12 +11,14 @@ from django.db import connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from django_posixcron.reconcile import reconcile
+from django_posixcron.scheduler import Scheduler
 from tests.scheduler.conftest import T0
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 
 
 def test_two_schedulers_ticking_at_the_same_instant_fire_once(tasks, make_scheduler):
@@ -59,9 +61,9 @@ def test_the_compare_and_set_refuses_a_stale_claim(tasks, make_scheduler):
     Task.objects.filter(pk=task.pk).update(next_run_at=T0 + HOUR, due_at=T0 + HOUR)
 
     declaration = scheduler.declarations[task.name]
-    changes, run = scheduler._plan(stale, T0, overlapping=False)
+    changes, run = scheduler.claimer.plan(stale, T0, scheduler.process, overlapping=False)
     with transaction.atomic():
-        written = scheduler._write_compare_and_set([(stale, declaration, changes, run)])
+        written = scheduler.claimer.write_compare_and_set([(stale, declaration, changes, run)])
 
     assert written == []
     assert not Run.objects.exists()
@@ -114,3 +116,56 @@ def test_first_start_after_reconcile(posixcron, make_scheduler):
         ("now", now.replace(second=0))
     ]
     assert Task.objects.get(name="later").next_run_at == now.replace(minute=16, second=0)
+
+
+@pytest.mark.slow
+def test_schedulers_racing_on_their_own_connections_fire_each_occurrence_once(
+    tasks, make_scheduler
+):
+    """Several schedulers claim the same due tasks at the same instant, for real.
+
+    Each scheduler ticks on a thread (and so a connection) of its own, released together by
+    a barrier, for several occurrences in a row. Whatever interleaving the database allows
+    (SKIP LOCKED, a blocked FOR UPDATE, the compare-and-set, a unique-constraint conflict
+    read as "already fired"), each occurrence runs its callable once and no tick fails.
+    """
+    racers, rounds, count = 4, 5, 20
+    for index in range(count):
+        tasks(f"t{index}", schedule="* * * * *", kwargs={"label": f"t{index}"}, next_run_at=T0)
+    schedulers = [make_scheduler(batch_size=count, concurrency=count) for _ in range(racers)]
+    barrier = threading.Barrier(racers, timeout=30)
+    errors: list[BaseException] = []
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def race(scheduler: Scheduler) -> None:
+        try:
+            scheduler.start()
+            for minute in range(rounds):
+                barrier.wait()
+                result = scheduler.tick(T0 + minute * MINUTE)
+                assert scheduler.wait_idle(30)
+                with lock:
+                    claimed.extend(run.pk for run in result.claimed)
+                barrier.wait()  # every racer done with this occurrence before the next
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=race, args=(s,)) for s in schedulers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+
+    assert len(claimed) == len(set(claimed)) == count * rounds
+    runs = Run.objects.values_list("task__name", "scheduled_for")
+    assert sorted(runs) == sorted(
+        (f"t{index}", T0 + minute * MINUTE) for index in range(count) for minute in range(rounds)
+    )
+    assert Run.objects.exclude(status=RunStatus.SUCCEEDED).count() == 0
+    hits = list(Hit.objects.values_list("label", flat=True))
+    assert sorted(hits) == sorted(f"t{index}" for index in range(count) for _ in range(rounds))

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import BACKOFF_MAX
 from tests.scheduler.conftest import T0
 from tests.testapp.models import Hit
 
@@ -167,7 +168,7 @@ def test_back_off_is_capped(make_scheduler):
     scheduler = make_scheduler()
     delays = [scheduler._back_off(RuntimeError("down"), log=False) for _ in range(10)]
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
-    assert max(delays) == 30.0
+    assert max(delays) == BACKOFF_MAX
 
 
 def test_shutdown_marks_runs_still_running_interrupted(tasks, make_scheduler, gate):
@@ -240,7 +241,8 @@ def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
 def test_start_warns_when_host_and_database_clocks_differ(make_scheduler, caplog, monkeypatch):
     scheduler = make_scheduler()
     monkeypatch.setattr(
-        scheduler, "database_clock", lambda: timezone.now() + dt.timedelta(seconds=5)
+        "django_posixcron.scheduling.loop.database_now",
+        lambda using: timezone.now() + dt.timedelta(seconds=5),
     )
     with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
         scheduler.start()

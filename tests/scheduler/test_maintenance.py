@@ -32,10 +32,10 @@ def test_a_run_for_an_old_occurrence_is_kept_for_history_days_after_it_ran(tasks
     assert run.scheduled_for == T0 - 40 * DAY
 
     # The next prune (an hour later) keeps it: it finished an hour ago, not 40 days ago.
-    assert scheduler._prune(T0 + dt.timedelta(hours=1)) == 0
+    assert scheduler.pruner.prune(T0 + dt.timedelta(hours=1)) == 0
     assert Run.objects.filter(pk=run.pk).exists()
     # Thirty days after it finished, it goes.
-    assert scheduler._prune(T0 + 31 * DAY) == 1
+    assert scheduler.pruner.prune(T0 + 31 * DAY) == 1
     assert not Run.objects.filter(pk=run.pk).exists()
 
 
@@ -70,7 +70,7 @@ def test_rows_of_processes_gone_for_a_day_are_pruned_once_no_run_names_them(task
         finished_at=now - DAY,
         process=named,
     )
-    scheduler._prune(now)
+    scheduler.pruner.prune(now)
     left = set(SchedulerProcess.objects.values_list("pk", flat=True))
     assert stopped.pk not in left
     assert dead.pk not in left
@@ -105,7 +105,7 @@ def test_after_an_outage_no_runs_are_presumed_lost_until_others_could_heartbeat(
     assert Run.objects.get(task=task).status == RunStatus.RUNNING
 
     # Past the grace, a process that really is silent has its runs marked lost.
-    other._lost_check_from = 0.0
+    other.outage.judge_from = 0.0
     SchedulerProcess.objects.filter(pk=owner.process.pk).update(
         last_heartbeat_at=other.now() - dt.timedelta(minutes=5)
     )
@@ -125,8 +125,8 @@ def test_shutdown_with_the_database_away_keeps_going_and_says_what_was_not_recor
     def away(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("the database system is shutting down")
 
-    monkeypatch.setattr(scheduler, "_write_outcomes", away)
-    monkeypatch.setattr(SchedulerProcess.objects, "filter", away)
+    monkeypatch.setattr("django_posixcron.scheduling.execution.write_outcomes", away)
+    monkeypatch.setattr(SchedulerProcess.objects, "using", away)
     scheduler.shutdown()  # no exception
     assert scheduler.unrecorded == 1
     assert "could not record the shutdown" in caplog.text

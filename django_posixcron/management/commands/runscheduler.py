@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, connections
 
 from django_posixcron.conf import (
     MAX_POLL_INTERVAL,
@@ -16,6 +17,7 @@ from django_posixcron.conf import (
     get_settings,
     poll_interval_fault,
 )
+from django_posixcron.db import app_alias
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -64,8 +66,9 @@ def positive_int(value: str) -> int:
     return number
 
 
-def check_database_support() -> str:
+def check_database_support(using: str) -> str:
     """Refuse databases without SKIP LOCKED; return a description of the database."""
+    connection = connections[using]
     vendor = connection.vendor
     db: Any = connection  # the vendor's attributes (mysql_version, pg_version) are not typed
     if vendor == "mysql":
@@ -132,11 +135,11 @@ def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: flo
         )
 
 
-def check_migrated() -> None:
+def check_migrated(using: str) -> None:
     """Refuse a database that lacks this app's migrations, naming the command to run."""
     from django.db.migrations.executor import MigrationExecutor
 
-    executor = MigrationExecutor(connection)
+    executor = MigrationExecutor(connections[using])
     targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_posixcron"]
     missing = [migration.name for migration, _ in executor.migration_plan(targets)]
     if missing:
@@ -186,6 +189,13 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="The database alias of the app's tables (default: the one DATABASE_ROUTERS "
+            "choose for them, else 'default').",
+        )
+        parser.add_argument(
             "--once",
             action="store_true",
             help="Tick once, wait for the runs it started, record them and exit.",
@@ -209,11 +219,12 @@ class Command(BaseCommand):
         if options["poll_interval"] is not None:
             check_frequency(declarations, options["poll_interval"])
 
+        using = app_alias(options["database"])
         if options["check"]:
             try:
-                check_database_support()
-                check_migrated()
-                plan = reconcile(check_only=True, declarations=declarations)
+                check_database_support(using)
+                check_migrated(using)
+                plan = reconcile(check_only=True, declarations=declarations, using=using)
             except (OperationalError, InterfaceError) as exc:
                 raise CommandError(f"The database is unavailable: {exc}".strip()) from None
             if plan.is_empty:
@@ -234,38 +245,21 @@ class Command(BaseCommand):
             concurrency=concurrency,
             grace=options["grace"],
             executor=executor,
+            database=using,
         )
 
         def prepare() -> str:
-            database = check_database_support()
-            check_migrated()
+            database = check_database_support(using)
+            check_migrated(using)
             # "Now" for the first-start rule is the database's clock, as for every due time.
             scheduler.measure_clock()
             # Each change, and the summary, is logged by reconcile itself.
-            reconcile(now=scheduler.now(), declarations=scheduler.declarations)
+            reconcile(now=scheduler.now(), declarations=scheduler.declarations, using=using)
             scheduler.start()
             return database
 
         if options["once"]:
-            # Driven from system cron: the next invocation is the retry, so say why and exit.
-            try:
-                database = prepare()
-            except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database is unavailable: {exc}".strip()) from None
-            self._summary(scheduler, database)
-            try:
-                result = scheduler.run_once()
-            except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database became unavailable: {exc}".strip()) from None
-            self.stdout.write(
-                f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
-            )
-            if scheduler.unrecorded:
-                raise CommandError(
-                    f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
-                    "became unavailable (see the log above). Other schedulers will mark those "
-                    "runs lost."
-                )
+            self._once(scheduler, prepare)
             return
         # A long-running scheduler started before its database (a host reboot) waits for it.
         ready = scheduler.until_reachable(prepare)
@@ -273,6 +267,28 @@ class Command(BaseCommand):
             return  # stopped by a signal while waiting
         self._summary(scheduler, ready)
         scheduler.run()
+
+    def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
+        """Tick once, wait for its runs, and say how it went (for system cron)."""
+        # Driven from system cron: the next invocation is the retry, so say why and exit.
+        try:
+            database = prepare()
+        except (OperationalError, InterfaceError) as exc:
+            raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+        self._summary(scheduler, database)
+        try:
+            result = scheduler.run_once()
+        except (OperationalError, InterfaceError) as exc:
+            raise CommandError(f"The database became unavailable: {exc}".strip()) from None
+        self.stdout.write(
+            f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
+        )
+        if scheduler.unrecorded:
+            raise CommandError(
+                f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
+                "became unavailable (see the log above). Other schedulers will mark those "
+                "runs lost."
+            )
 
     def _summary(self, scheduler: Any, database: str) -> None:
         from django_posixcron.models import Task
@@ -285,7 +301,7 @@ class Command(BaseCommand):
             f"poll every {scheduler.poll_interval:g} s, {scheduler.concurrency} at once, "
             f"history {get_settings().history_days} days."
         )
-        tasks = list(Task.objects.filter(declared=True).order_by("name"))
+        tasks = list(Task.objects.using(scheduler.using).filter(declared=True).order_by("name"))
         if not tasks:
             write("No tasks declared in settings.POSIXCRON['TASKS'].")
         for task in tasks:

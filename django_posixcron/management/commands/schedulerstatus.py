@@ -10,40 +10,18 @@ import socket
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connection
-from django.utils import timezone as dj_timezone
+from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
+from django_posixcron.db import app_alias, database_now
 from django_posixcron.management.commands.runscheduler import (
     check_migrated,
     non_negative_float,
 )
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import stale_after
 
 UTC = dt.UTC
-
-
-def database_now() -> dt.datetime:
-    """Return the database's clock where it has one (the clock due times follow), else ours."""
-    sql = {
-        "postgresql": "SELECT STATEMENT_TIMESTAMP()",
-        "mysql": "SELECT UTC_TIMESTAMP(6)",
-    }.get(connection.vendor)
-    if sql is None:
-        return dj_timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        value: dt.datetime = cursor.fetchone()[0]
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def stale_after(poll_interval: float) -> dt.timedelta:
-    """Return how long a silent process is presumed alive: the scheduler's own rule."""
-    from django_posixcron.scheduler import stale_after as scheduler_rule
-
-    return scheduler_rule(poll_interval)
 
 
 @dataclasses.dataclass
@@ -71,12 +49,15 @@ def collect(
     this_host: str | None = None,
     ignore_failing: bool = False,
     ignore_overdue: bool = False,
+    using: str | None = None,
 ) -> Status:
     """Return the status at `now`; `problems` lists what makes it unhealthy."""
-    live_qs = SchedulerProcess.objects.live(now, stale).order_by("hostname", "pid")
+    using = app_alias(using)
+    tasks = Task.objects.using(using)
+    live_qs = SchedulerProcess.objects.using(using).live(now, stale).order_by("hostname", "pid")
     live = list(live_qs)
-    overdue = list(Task.objects.overdue(now, max_lag).order_by("due_at", "name"))
-    failing = list(Task.objects.failing().order_by("name"))
+    overdue = list(tasks.overdue(now, max_lag).order_by("due_at", "name"))
+    failing = list(tasks.failing().order_by("name"))
     problems = []
     if this_host is not None:
         if not any(p.hostname == this_host for p in live):
@@ -92,8 +73,8 @@ def collect(
         live=live,
         overdue=overdue,
         failing=failing,
-        paused=Task.objects.paused().count(),
-        active=Task.objects.active().count(),
+        paused=tasks.paused().count(),
+        active=tasks.active().count(),
         problems=problems,
     )
 
@@ -139,24 +120,33 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", action="store_true", help="Print one JSON object instead of text."
         )
+        parser.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="The database alias of the app's tables (default: the one DATABASE_ROUTERS "
+            "choose for them, else 'default').",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
+        using = app_alias(options["database"])
         try:
             status = collect(
-                database_now(),
+                database_now(using),
                 max_lag=dt.timedelta(seconds=poll_interval if max_lag is None else max_lag),
                 stale=stale_after(poll_interval),
                 this_host=socket.gethostname() if options["this_host"] else None,
                 ignore_failing=options["ignore_failing"],
                 ignore_overdue=options["ignore_overdue"],
+                using=using,
             )
         except DatabaseError as exc:
             # A probe wants a one-line answer, not a traceback. A missing table is a missed
             # deploy step, not an outage: say which.
             with contextlib.suppress(DatabaseError):
-                check_migrated()
+                check_migrated(using)
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CommandError(f"database unavailable: {detail}", returncode=1) from exc
         if options["json"]:

@@ -1,0 +1,231 @@
+"""One set-based claim of a batch of due tasks, in one short transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Subquery
+
+from django_posixcron.db import DatabaseNow, has_clock
+from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling import rules
+from django_posixcron.scheduling.outcomes import update_many
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.claim")
+
+# Tasks whose stored definition differs from ours are left out of the claim query, then
+# looked at again after this long, so a rolling deploy that settles is noticed within a minute.
+MISMATCH_RECHECK = dt.timedelta(seconds=60)
+
+Planned = tuple[Task, "TaskDeclaration", dict[str, Any], Run | None]
+
+
+class Claimer:
+    """Claim due tasks whose stored definition is this process's own; insert their runs."""
+
+    def __init__(self, declarations: Mapping[str, TaskDeclaration], using: str) -> None:
+        self.declarations = declarations
+        self.using = using
+        self.mismatched: dict[int, str] = {}
+        self._mismatch_logged: set[tuple[str, str]] = set()
+        self._recheck_at: dt.datetime | None = None
+
+    def refresh_mismatches(self, now: dt.datetime) -> None:
+        if self._recheck_at is None or now >= self._recheck_at:
+            self.mismatched.clear()
+            self._recheck_at = now + MISMATCH_RECHECK
+
+    def claim(
+        self, now: dt.datetime, limit: int, process: SchedulerProcess
+    ) -> tuple[list[tuple[Run, TaskDeclaration]], list[Run]]:
+        """Claim up to `limit` due tasks in one transaction; return (to start, skipped)."""
+        with transaction.atomic(using=self.using):
+            query = Task.objects.using(self.using).select_for_update(skip_locked=True).due(now)
+            if self.mismatched:
+                query = query.exclude(pk__in=list(self.mismatched))
+            claimable = self._matching(list(query.order_by("due_at")[:limit]))
+            busy = self._busy({t.pk for t, _ in claimable if t.overlap == Overlap.SKIP})
+            planned = [
+                (task, declaration, *self.plan(task, now, process, overlapping=task.pk in busy))
+                for task, declaration in claimable
+            ]
+            if connections[self.using].features.has_select_for_update_skip_locked:
+                runs = self.write_locked(planned)
+            else:
+                runs = self.write_compare_and_set(planned)
+        started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
+        return started, [run for run, _ in runs if run.status == RunStatus.SKIPPED]
+
+    def _matching(self, rows: list[Task]) -> list[tuple[Task, TaskDeclaration]]:
+        """Keep the tasks whose stored definition hash equals this process's declaration."""
+        claimable = []
+        for task in rows:
+            declaration = self.declarations.get(task.name)
+            if declaration is None or declaration.definition_hash != task.definition_hash:
+                self._note_mismatch(task, declaration)
+            else:
+                claimable.append((task, declaration))
+        return claimable
+
+    def _busy(self, skip_ids: set[int]) -> set[int]:
+        if not skip_ids:
+            return set()
+        return set(
+            Run.objects.using(self.using)
+            .running()
+            .filter(task_id__in=skip_ids)
+            .values_list("task_id", flat=True)
+        )
+
+    def _note_mismatch(self, task: Task, declaration: TaskDeclaration | None) -> None:
+        self.mismatched[task.pk] = task.name
+        key = (task.name, task.definition_hash)
+        if key in self._mismatch_logged:
+            return
+        self._mismatch_logged.add(key)
+        if declaration is None:
+            reason = "is not declared in this process's settings"
+        else:
+            reason = "has a stored definition that differs from this process's settings"
+        logger.warning(
+            "task %s %s (stored hash %s); not claiming it: another deploy owns it",
+            task.name,
+            reason,
+            task.definition_hash[:12],
+            extra={"action": "definition_differs"},
+        )
+
+    @staticmethod
+    def plan(
+        task: Task, now: dt.datetime, process: SchedulerProcess, *, overlapping: bool
+    ) -> tuple[dict[str, Any], Run | None]:
+        """Return the task's new state and the run to insert (None when nothing is due)."""
+        claimed = rules.after_claim(
+            schedule=task.schedule,
+            timezone=task.timezone,
+            next_run_at=task.next_run_at,
+            retry_at=task.retry_at,
+            run_requested_at=task.run_requested_at,
+            last_run_started_at=task.last_run_started_at,
+            now=now,
+            overlapping=overlapping,
+        )
+        if claimed.trigger is None or claimed.scheduled_for is None:
+            return claimed.changes, None
+        run = Run(
+            task=task,
+            trigger=claimed.trigger,
+            status=RunStatus.SKIPPED if claimed.skipped else RunStatus.RUNNING,
+            scheduled_for=claimed.scheduled_for,
+            started_at=now,
+            process=process,
+            process_label=process.label,
+        )
+        if claimed.skipped:
+            run.finished_at = now
+            run.duration = dt.timedelta(0)
+            run.error = "Skipped: the previous run of this task is still running (overlap=skip)."
+        return claimed.changes, run
+
+    def write_locked(self, planned: list[Planned]) -> list[tuple[Run, TaskDeclaration]]:
+        """Advance the locked tasks and insert their runs: a few statements per batch."""
+        if not planned:
+            return []
+        for task, _, changes, _ in planned:
+            for field, value in changes.items():
+                setattr(task, field, value)
+        # The rows are locked by this transaction, so no compare-and-set is needed.
+        fields = list(planned[0][2])
+        update_many(
+            Task,
+            fields,
+            [(task.pk, *(changes[f] for f in fields)) for task, _, changes, _ in planned],
+            self.using,
+        )
+        pending = [(run, declaration) for _, declaration, _, run in planned if run is not None]
+        if not pending:
+            return []
+        if connections[self.using].features.can_return_rows_from_bulk_insert:
+            try:
+                with transaction.atomic(using=self.using):
+                    Run.objects.using(self.using).bulk_create([run for run, _ in pending])
+                return pending
+            except IntegrityError:
+                # One of them already fired elsewhere: find which, one at a time.
+                for run, _ in pending:
+                    run.pk = None
+        return [(run, d) for run, d in pending if self.insert(run)]
+
+    def write_compare_and_set(self, planned: list[Planned]) -> list[tuple[Run, TaskDeclaration]]:
+        """Advance each task only if its due_at is unchanged, then insert its run.
+
+        On SQLite select_for_update is a no-op: a second scheduler that already moved this
+        task's cursor makes the conditional UPDATE match no row, and nothing fires here.
+        """
+        inserted = []
+        for task, declaration, changes, run in planned:
+            original = task.due_at
+            moved = (
+                Task.objects.using(self.using).filter(pk=task.pk, due_at=original).update(**changes)
+            )
+            if not moved:
+                logger.info(
+                    "task %s was claimed by another scheduler first",
+                    task.name,
+                    extra={"action": "claim_lost_race"},
+                )
+                continue
+            for field, value in changes.items():
+                setattr(task, field, value)
+            if run is not None and self.insert(run):
+                inserted.append((run, declaration))
+        return inserted
+
+    def insert(self, run: Run) -> bool:
+        try:
+            with transaction.atomic(using=self.using):
+                run.save(force_insert=True, using=self.using)
+        except IntegrityError:
+            # "A unique-constraint conflict means another process already fired that
+            # occurrence"; the cursor still moves on with this transaction.
+            logger.info(
+                "task %s %s occurrence %s already fired elsewhere",
+                run.task.name,
+                run.trigger,
+                run.scheduled_for.isoformat(),
+                extra={"action": "already_fired"},
+            )
+            return False
+        return True
+
+
+def peek(
+    using: str, process: SchedulerProcess, mismatched: Mapping[int, str], *, with_clock: bool
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """Return (database clock, earliest due_at among tasks this process may claim) at once."""
+    earliest_due = (
+        Task.objects.using(using).active().filter(due_at__isnull=False).order_by("due_at")
+    )
+    if mismatched:
+        earliest_due = earliest_due.exclude(pk__in=list(mismatched))
+    query = (
+        SchedulerProcess.objects.using(using)
+        .filter(pk=process.pk)
+        .annotate(next_due=Subquery(earliest_due.values("due_at")[:1]))
+    )
+    fields = ["next_due"]
+    if with_clock and has_clock(using):
+        query = query.annotate(db_now=DatabaseNow())
+        fields.append("db_now")
+    rows = list(query.values(*fields)[:1])
+    if not rows:
+        return None, None
+    return rows[0].get("db_now"), rows[0]["next_due"]

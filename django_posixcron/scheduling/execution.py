@@ -1,0 +1,299 @@
+"""Runs in flight: handing them to the executor, their timeouts, and their queued outcomes.
+
+Worker threads only queue outcomes; the loop writes them in batches on its own connection,
+so a worker thread that ran no database code never opens a connection of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import functools
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from django_posixcron.executors import Executor, TaskCodeError, describe_exception
+from django_posixcron.models import Run, RunStatus
+from django_posixcron.scheduling.outcomes import (
+    OUTCOME_BATCH,
+    Notifier,
+    Outcome,
+    cap,
+    send_robust,
+    write_outcomes,
+)
+from django_posixcron.signals import run_started
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.execution")
+
+
+@dataclasses.dataclass
+class InFlight:
+    run: Run
+    declaration: TaskDeclaration
+    deadline: dt.datetime | None
+    started_monotonic: float = dataclasses.field(default_factory=time.monotonic)
+
+    def elapsed_finish(self) -> dt.datetime:
+        """Return started_at plus the time measured since, in the claim's clock."""
+        assert self.run.started_at is not None
+        return self.run.started_at + dt.timedelta(seconds=time.monotonic() - self.started_monotonic)
+
+
+class Runs:
+    """The runs this process executes, and the outcomes waiting to be written."""
+
+    def __init__(self, executor: Executor, using: str, notifier: Notifier) -> None:
+        self.executor = executor
+        self.using = using
+        self.notifier = notifier
+        self.lock = threading.Lock()
+        self.inflight: dict[int, InFlight] = {}
+        self.outcomes: list[Outcome] = []
+        # Set by the forced exit: from then on a returning run's outcome is not taken here,
+        # the forced exit records what it holds and marks the rest interrupted.
+        self.sealed = False
+
+    def pks(self) -> list[int]:
+        with self.lock:
+            return list(self.inflight)
+
+    def deadlines(self) -> list[dt.datetime]:
+        with self.lock:
+            return [i.deadline for i in self.inflight.values() if i.deadline is not None]
+
+    @property
+    def unrecorded(self) -> int:
+        with self.lock:
+            return len(self.outcomes)
+
+    def launch(self, run: Run, declaration: TaskDeclaration, now: dt.datetime) -> None:
+        assert run.started_at is not None
+        timeout = run.task.timeout
+        inflight = InFlight(run, declaration, run.started_at + timeout if timeout else None)
+        with self.lock:
+            self.inflight[run.pk] = inflight
+        try:
+            self.executor.submit(run.pk, functools.partial(self._execute, inflight))
+        except Exception as exc:
+            with self.lock:
+                self.inflight.pop(run.pk, None)
+            outcome = Outcome(
+                run,
+                RunStatus.FAILED,
+                now,
+                cap(f"Could not start the run: {describe_exception(exc)}"),
+                cap(traceback.format_exc(), keep_tail=True),
+            )
+            write_outcomes([outcome], self.using, self.notifier)
+
+    def _execute(self, inflight: InFlight) -> None:
+        """Run one task in the executor's thread and queue its outcome."""
+        run = inflight.run
+        logger.info(
+            "run started task=%s trigger=%s scheduled_for=%s run=%s",
+            run.task.name,
+            run.trigger,
+            run.scheduled_for.isoformat(),
+            run.pk,
+            extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
+        )
+        send_robust(run_started, run)
+        inflight.started_monotonic = time.monotonic()
+        status, error, tb = RunStatus.SUCCEEDED, "", ""
+        try:
+            # What runs is always resolved from settings, never from the stored path.
+            self.executor.invoke(run.pk, inflight.declaration)
+        except TaskCodeError as exc:
+            status, error = RunStatus.FAILED, cap(exc.error)
+            tb = cap(exc.remote_traceback, keep_tail=True)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too
+            status, error = RunStatus.FAILED, cap(describe_exception(exc))
+            tb = cap(traceback.format_exc(), keep_tail=True)
+        finished_at = inflight.elapsed_finish()
+        with self.lock:
+            mine = not self.sealed and self.inflight.pop(run.pk, None) is not None
+            if mine:
+                self.outcomes.append(Outcome(run, status, finished_at, error, tb))
+        if not mine:
+            logger.info(
+                "run %s of task %s returned after it was recorded as %s",
+                run.pk,
+                run.task.name,
+                run.status,
+                extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
+            )
+
+    def check_timeouts(self, now: dt.datetime, stops_on_timeout: bool) -> list[Run]:
+        """Record runs past their timeout as timed_out and free their slots."""
+        with self.lock:
+            expired = [
+                i for i in self.inflight.values() if i.deadline is not None and now >= i.deadline
+            ]
+        timed_out = []
+        for inflight in expired:
+            run = inflight.run
+            with self.lock:
+                if self.inflight.pop(run.pk, None) is None:
+                    # It returned meanwhile: its own outcome is queued, and wins.
+                    continue
+            assert inflight.deadline is not None
+            assert run.started_at is not None
+            note = (
+                ""
+                if stops_on_timeout
+                else " The thread executor cannot stop Python code: the call may still be "
+                "running in the background."
+            )
+            outcome = Outcome(
+                run,
+                RunStatus.TIMED_OUT,
+                now,
+                f"Timed out after {inflight.deadline - run.started_at}.{note}",
+            )
+            try:
+                if write_outcomes([outcome], self.using, self.notifier):
+                    timed_out.append(run)
+            except DatabaseError:
+                self.queue(outcome)
+                raise
+            finally:
+                self.executor.release(run.pk)
+        return timed_out
+
+    def wait_idle(self, timeout: float | None, now: Callable[[], dt.datetime]) -> bool:
+        """Wait for the runs in flight to finish and record their outcomes.
+
+        Return False if `timeout` passed first. Timeouts of runs in flight are enforced while
+        waiting; outcomes the database cannot take yet stay queued for the next attempt.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = None if deadline is None else max(0.0, deadline - time.monotonic())
+            deadlines = self.deadlines()
+            if deadlines:
+                until = max(0.0, (min(deadlines) - now()).total_seconds())
+                step = until if step is None else min(step, until)
+            idle = self.executor.wait_idle(step)
+            if not idle and deadlines:
+                try:
+                    self.check_timeouts(now(), self.executor.stops_on_timeout)
+                except DatabaseError as exc:
+                    logger.error(
+                        "could not record a timeout: %s", exc, extra={"action": "db_error"}
+                    )
+                idle = self.executor.wait_idle(0)
+            if idle:
+                self._flush_or_keep()
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def _flush_or_keep(self) -> None:
+        try:
+            self.flush()
+        except (OperationalError, InterfaceError) as exc:
+            # Kept in memory for the next attempt (a tick, or the shutdown's).
+            logger.error(
+                "could not record %d outcome(s) yet, database unavailable: %s",
+                self.unrecorded,
+                exc,
+                extra={"action": "db_error"},
+            )
+            with contextlib.suppress(Exception):
+                connections[self.using].close()
+
+    def queue(self, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append(outcome)
+
+    def take_all(self, error: str) -> list[Outcome]:
+        """Seal: return the queued outcomes, then every run in flight as interrupted."""
+        with self.lock:
+            self.sealed = True
+            held, self.outcomes = self.outcomes, []
+            remaining = list(self.inflight.values())
+            self.inflight.clear()
+        return held + [
+            Outcome(i.run, RunStatus.INTERRUPTED, i.elapsed_finish(), error) for i in remaining
+        ]
+
+    def interrupt_remaining(self, error: str) -> None:
+        """Queue every run still in flight as interrupted, releasing its executor slot."""
+        with self.lock:
+            remaining = list(self.inflight.values())
+            self.inflight.clear()
+        for inflight in remaining:
+            # A process executor stops the run's process; threads cannot be stopped.
+            self.executor.release(inflight.run.pk)
+            self.queue(
+                Outcome(inflight.run, RunStatus.INTERRUPTED, inflight.elapsed_finish(), error)
+            )
+
+    def flush(self) -> None:
+        """Write the outcomes finished runs left behind; keep them if the database is away."""
+        while True:
+            with self.lock:
+                batch = self.outcomes[:OUTCOME_BATCH]
+                del self.outcomes[:OUTCOME_BATCH]
+            if not batch:
+                return
+            try:
+                write_outcomes(batch, self.using, self.notifier)
+            except (OperationalError, InterfaceError):
+                # The database is away: keep the outcomes for the tick that finds it back.
+                with self.lock:
+                    self.outcomes[:0] = batch
+                raise
+            except DatabaseError:
+                # Refused for what it holds, not for an outage: retrying the same batch would
+                # fail forever and stall the loop. Write the outcomes one at a time instead.
+                logger.exception(
+                    "could not record a batch of %d outcomes; recording them one by one",
+                    len(batch),
+                    extra={"action": "outcome_write_error"},
+                )
+                for outcome in batch:
+                    self._write_alone(outcome)
+
+    def _write_alone(self, outcome: Outcome) -> None:
+        """Record one outcome; if the database refuses its texts, record it without them."""
+        try:
+            write_outcomes([outcome], self.using, self.notifier)
+            return
+        except (OperationalError, InterfaceError):
+            self.queue(outcome)
+            raise
+        except DatabaseError as exc:
+            note = f"[the error text could not be stored: {describe_exception(exc)}]"
+            plain = dataclasses.replace(
+                outcome,
+                error=cap(note + "\n" + outcome.error.encode("ascii", "replace").decode()),
+                traceback="",
+            )
+        try:
+            write_outcomes([plain], self.using, self.notifier)
+        except (OperationalError, InterfaceError):
+            self.queue(plain)
+            raise
+        except DatabaseError:
+            # Dropping one outcome leaves its run `running` until this process stops (then it
+            # is marked lost); retrying it would stop every other outcome and claim instead.
+            logger.exception(
+                "could not record the outcome of run %s (task %s, status %s); giving up on it",
+                outcome.run.pk,
+                outcome.run.task.name,
+                outcome.status,
+                extra={"action": "outcome_dropped", "run_id": outcome.run.pk},
+            )

@@ -1,0 +1,160 @@
+"""The heartbeat thread, by the database clock; marking runs of dead processes lost.
+
+"The heartbeat itself beats on its own thread, by the database clock, whatever the loop, task
+code or signal receivers are doing."
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+from django.db import DatabaseError, connections
+from django.utils import timezone as dj_timezone
+
+from django_posixcron import __version__
+from django_posixcron.db import DatabaseNow, database_now, has_clock
+from django_posixcron.models import Run, RunStatus, SchedulerProcess
+from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.liveness")
+
+
+def register(using: str, now: dt.datetime) -> SchedulerProcess:
+    """Insert this process's row (host, pid) with its first heartbeat."""
+    return SchedulerProcess.objects.using(using).create(
+        hostname=socket.gethostname()[:255],
+        pid=os.getpid(),
+        started_at=now,
+        last_heartbeat_at=now,
+        version=__version__,
+    )
+
+
+def mark_stopped(using: str, process: SchedulerProcess) -> None:
+    """Record that this process stopped: its runs are no longer anyone's."""
+    SchedulerProcess.objects.using(using).filter(pk=process.pk).update(
+        stopped_at=DatabaseNow() if has_clock(using) else dj_timezone.now()
+    )
+
+
+class Heartbeat:
+    """Beat for one process row every `every` seconds on a thread and connection of its own."""
+
+    def __init__(
+        self,
+        using: str,
+        process: SchedulerProcess,
+        every: float,
+        running: Callable[[], list[int]],
+    ) -> None:
+        self.using = using
+        self.process = process
+        self.every = every
+        self._running = running
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._serve, name="posixcron-heartbeat", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join(self.every + 5)
+
+    def beat(self, now: dt.datetime | None = None) -> None:
+        """Write one heartbeat: `now`, else the database's own clock (in the statement)."""
+        stamp = now if now is not None else self._clock()
+        rows = SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk)
+        if not rows.update(last_heartbeat_at=stamp):
+            self._register_again(now)
+
+    def _clock(self) -> DatabaseNow | dt.datetime:
+        return DatabaseNow() if has_clock(self.using) else dj_timezone.now()
+
+    def _register_again(self, now: dt.datetime | None) -> None:
+        # Someone deleted our row (a cleanup in the admin); register again so our runs keep an
+        # owner that heartbeats.
+        logger.warning(
+            "scheduler process row %s disappeared; registering again",
+            self.process.label,
+            extra={"action": "process_reregistered"},
+        )
+        self.process.pk = None
+        self.process.last_heartbeat_at = now or database_now(self.using)
+        self.process.save(force_insert=True, using=self.using)
+        # The deletion orphaned the runs in flight here (process set to NULL); take them back
+        # before anyone presumes them lost, or they would be retried while running.
+        mine = self._running()
+        if mine:
+            Run.objects.using(self.using).filter(
+                pk__in=mine, status=RunStatus.RUNNING, process__isnull=True
+            ).update(process=self.process)
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.wait(self.every):
+                try:
+                    self.beat()
+                except DatabaseError as exc:
+                    self._failed(exc)
+                else:
+                    self._failing = False
+        finally:
+            connections.close_all()
+
+    def _failed(self, exc: DatabaseError) -> None:
+        if not self._failing:
+            logger.error(
+                "heartbeat failed, retrying every %.0f s: %s",
+                self.every,
+                str(exc).strip() or type(exc).__name__,
+                extra={"action": "heartbeat_error"},
+            )
+        self._failing = True
+        try:
+            connections[self.using].close()
+        except Exception:
+            logger.debug("closing the heartbeat's broken connection failed", exc_info=True)
+
+
+def mark_lost(
+    using: str,
+    process: SchedulerProcess,
+    now: dt.datetime,
+    stale_after: dt.timedelta,
+    notifier: Notifier,
+) -> list[Run]:
+    """Mark running runs whose process stopped heartbeating as lost; retry applies."""
+    candidates = list(
+        Run.objects.using(using).orphaned(process, now - stale_after).select_related("task")
+    )
+    outcomes = [
+        Outcome(
+            run,
+            RunStatus.LOST,
+            now,
+            f"Lost: scheduler process {run.process_label or 'unknown'} stopped heartbeating "
+            f"(nothing heard for more than {stale_after.total_seconds():.0f} s) while "
+            "this run was running; its outcome is unknown.",
+        )
+        for run in candidates
+    ]
+    return [o.run for o in write_outcomes(outcomes, using, notifier)] if outcomes else []

@@ -1,0 +1,393 @@
+"""The loop: tick wiring, run()/run_once(), back-off after database errors.
+
+`Scheduler.tick(now)` is one pass and can be driven by tests with a fixed time; `run()` owns
+sleeping, signals, the heartbeat and receiver threads, and database connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
+from django.utils import timezone as dj_timezone
+
+from django_posixcron.conf import get_settings
+from django_posixcron.db import app_alias, database_now
+from django_posixcron.executors import Executor, ThreadExecutor
+from django_posixcron.models import Run, SchedulerProcess
+from django_posixcron.scheduling import liveness, rules, shutdown
+from django_posixcron.scheduling.claim import Claimer, peek
+from django_posixcron.scheduling.execution import Runs
+from django_posixcron.scheduling.maintenance import Pruner
+from django_posixcron.scheduling.outcomes import Notifier, log_finished
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
+
+logger = logging.getLogger("django_posixcron.scheduler")
+_T = TypeVar("_T")
+
+# Rows due but locked by another scheduler are committed by it within milliseconds; asking
+# again this soon neither spins nor leaves the rest of a large due batch waiting a full poll.
+CONTENDED_RETRY = 0.05
+
+# "The scheduler warns at start-up when host and database clocks differ by more than a second."
+CLOCK_SKEW_WARNING = dt.timedelta(seconds=1)
+
+# At shutdown, run_finished receivers get this long to catch up before the process exits.
+RECEIVERS_DRAIN = 10.0
+
+
+class Outage:
+    """The loop's back-off through a database outage, and the grace it gives others after."""
+
+    def __init__(self, stale_after: dt.timedelta) -> None:
+        self.stale_after = stale_after
+        self.failures = 0
+        # After a database outage every process's heartbeat looks stale, its own included:
+        # until this monotonic instant, no other process's runs are presumed lost.
+        self.judge_from = 0.0
+
+    def may_judge_others(self) -> bool:
+        return time.monotonic() >= self.judge_from
+
+    def failed(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
+        """Count one more failure; log it; return how long to wait before the next try."""
+        self.failures += 1
+        delay = rules.back_off(self.failures)
+        if isinstance(exc, DatabaseError):
+            # The others were cut off as long as we were, and may be sleeping in their own
+            # back-off: once we are back, give them a full stale threshold plus one back-off
+            # to heartbeat again before their running runs are marked lost (and retried while
+            # they may still be running).
+            self.judge_from = (
+                time.monotonic() + delay + self.stale_after.total_seconds() + rules.BACKOFF_MAX
+            )
+        if log:
+            logger.error(
+                "database unavailable (attempt %d), retrying in %.1f s: %s",
+                self.failures,
+                delay,
+                str(exc).strip() or type(exc).__name__,
+                exc_info=exc if exc_info else None,
+                extra={"action": "db_error"},
+            )
+        return delay
+
+    def recovered(self) -> None:
+        if self.failures:
+            logger.warning(
+                "database reachable again after %d failed attempts",
+                self.failures,
+                extra={"action": "db_recovered"},
+            )
+            self.failures = 0
+
+
+@dataclasses.dataclass
+class TickResult:
+    """What one tick did and how long the loop may sleep afterwards."""
+
+    now: dt.datetime
+    started: list[Run] = dataclasses.field(default_factory=list)
+    skipped: list[Run] = dataclasses.field(default_factory=list)
+    lost: list[Run] = dataclasses.field(default_factory=list)
+    timed_out: list[Run] = dataclasses.field(default_factory=list)
+    next_due_at: dt.datetime | None = None
+    wake_in: float = 0.0
+
+    @property
+    def claimed(self) -> list[Run]:
+        return self.started + self.skipped
+
+
+class Scheduler:
+    """Claim due tasks, run them through an executor, record outcomes; one per process."""
+
+    def __init__(
+        self,
+        *,
+        declarations: Mapping[str, TaskDeclaration] | None = None,
+        poll_interval: float | None = None,
+        concurrency: int | None = None,
+        grace: float = 25.0,
+        batch_size: int = 100,
+        executor: Executor | None = None,
+        database: str | None = None,
+    ) -> None:
+        conf = get_settings()
+        if declarations is None:
+            from django_posixcron.declarations import load_declarations
+
+            declarations = load_declarations()
+        self.using = app_alias(database)
+        self.declarations: dict[str, TaskDeclaration] = dict(declarations)
+        self.poll_interval = float(conf.poll_interval if poll_interval is None else poll_interval)
+        self.concurrency = int(conf.concurrency if concurrency is None else concurrency)
+        self.grace = float(grace)
+        self.batch_size = int(batch_size)
+        self.executor: Executor = executor or ThreadExecutor(self.concurrency)
+        self.executor.set_wakeup(self._wake_soon)
+        self.heartbeat_every = min(self.poll_interval, rules.HEARTBEAT_EVERY)
+        self.stale_after = rules.stale_after(self.poll_interval)
+        self.process: SchedulerProcess | None = None
+        self.heartbeat: liveness.Heartbeat | None = None
+        self.notifier = Notifier()
+        self.runs = Runs(self.executor, self.using, self.notifier)
+        self.claimer = Claimer(self.declarations, self.using)
+        self.pruner = Pruner(self.using, conf.history_days, self.now)
+        self.signals = shutdown.SignalWatcher(
+            functools.partial(shutdown.first_signal, self),
+            functools.partial(shutdown.second_signal, self),
+        )
+
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._clock_offset = dt.timedelta(0)
+        self.outage = Outage(self.stale_after)
+        # run() and run_once() beat and send run_finished from threads of their own; a
+        # scheduler driven by tick() alone does both inline.
+        self._serving_threads = False
+
+    # -- clocks and lifecycle ---------------------------------------------------------------
+
+    def measure_clock(self) -> dt.timedelta:
+        """Measure how far the database clock is ahead of this host's; remember it."""
+        before = dj_timezone.now()
+        db_now = database_now(self.using)
+        after = dj_timezone.now()
+        self._clock_offset = db_now - (before + (after - before) / 2)
+        return self._clock_offset
+
+    def now(self) -> dt.datetime:
+        """Return the best estimate of the database clock without asking it."""
+        return dj_timezone.now() + self._clock_offset
+
+    def start(self) -> None:
+        """Register this process (host, pid) with its first heartbeat."""
+        offset = self.measure_clock()
+        if abs(offset) > CLOCK_SKEW_WARNING:
+            logger.warning(
+                "host and database clocks differ by %.3f s (database %s); due times follow "
+                "the database clock, fix NTP on this host",
+                offset.total_seconds(),
+                "ahead" if offset > dt.timedelta(0) else "behind",
+                extra={"action": "clock_skew"},
+            )
+        now = self.now()
+        self.process = liveness.register(self.using, now)
+        self.heartbeat = liveness.Heartbeat(
+            self.using, self.process, self.heartbeat_every, self.runs.pks
+        )
+        self.pruner.next_at = now
+        if self._serving_threads:
+            self.heartbeat.start()
+        logger.info(
+            "scheduler started process=%s tasks=%d concurrency=%d poll_interval=%s",
+            self.process.label,
+            len(self.declarations),
+            self.concurrency,
+            self.poll_interval,
+            extra={"action": "scheduler_started"},
+        )
+
+    def request_stop(self) -> None:
+        """Stop claiming; `run()` then waits for running tasks and returns."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def unrecorded(self) -> int:
+        """Return how many finished runs' outcomes are waiting to be written."""
+        return self.runs.unrecorded
+
+    def _wake_soon(self) -> None:
+        self._wake.set()
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self, now: dt.datetime | None = None) -> TickResult:
+        """Do one pass: mark lost runs, claim and start due tasks, prune."""
+        if self.process is None:
+            self.start()
+        assert self.process is not None
+        assert self.heartbeat is not None
+        explicit = now is not None
+        self.runs.flush()
+        if not self.heartbeat.threaded:
+            # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
+            self.heartbeat.beat(now)
+        self.claimer.refresh_mismatches(now or self.now())
+        db_now, next_due = peek(
+            self.using, self.process, self.claimer.mismatched, with_clock=not explicit
+        )
+        if now is None:
+            now = db_now or self.now()
+            if db_now is not None:
+                self._clock_offset = db_now - dj_timezone.now()
+        result = TickResult(now=now, next_due_at=next_due)
+        if self.outage.may_judge_others():
+            result.lost = liveness.mark_lost(
+                self.using, self.process, now, self.stale_after, self.notifier
+            )
+        result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
+        limit = 0
+        if next_due is not None and next_due <= now and not self.stopping:
+            limit = min(self.batch_size, self.executor.free_slots())
+            if limit > 0:
+                started, result.skipped = self.claimer.claim(now, limit, self.process)
+                # The transaction is closed before any task code runs.
+                for run in result.skipped:
+                    log_finished(run)
+                    self.notifier.finished(run)
+                for run, declaration in started:
+                    self.runs.launch(run, declaration, now)
+                result.started = [run for run, _ in started]
+        self.pruner.prune(now)
+        result.wake_in = self._wake_in(result, limit)
+        return result
+
+    def _wake_in(self, result: TickResult, limit: int) -> float:
+        now = result.now
+        candidates = [self.heartbeat_every]
+        due = result.next_due_at
+        if due is not None:
+            if due > now:
+                candidates.append((due - now).total_seconds())
+            elif limit > 0 and result.claimed:
+                # Claimed what was due (maybe a full batch): the cursors moved, ask again.
+                candidates.append(0.0)
+            elif limit > 0:
+                candidates.append(CONTENDED_RETRY)
+            # limit == 0: every slot is busy; a finishing run wakes the loop.
+        deadlines = self.runs.deadlines()
+        if deadlines:
+            candidates.append((min(deadlines) - now).total_seconds())
+        return max(0.0, min(candidates))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Tick until asked to stop, then wait for running tasks and return."""
+        with self._serving():
+            while not self.stopping:
+                self._wake.clear()
+                wake_in = self._safe_tick()
+                if not self.stopping and wake_in > 0:
+                    self._wake.wait(wake_in)
+
+    def run_once(self) -> TickResult:
+        """Tick once, wait for the runs it started, record their outcomes, stop."""
+        with self._serving():
+            if self.process is None:
+                self.start()
+            result = self.tick()
+            while not self.stopping and not self.wait_idle(self.heartbeat_every):
+                pass
+            return result
+
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        """Handle signals and beat while serving; then shut down, whatever ended it."""
+        self.signals.install()
+        self._serving_threads = True
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+        self.notifier.start()
+        try:
+            yield
+        finally:
+            try:
+                self.shutdown()
+            finally:
+                self.signals.restore()
+                # This thread's connection would otherwise outlive the loop it served.
+                connections.close_all()
+
+    def _safe_tick(self) -> float:
+        try:
+            close_old_connections()
+            if self.process is None:
+                self.start()
+            result = self.tick()
+        except (OperationalError, InterfaceError) as exc:
+            return self._back_off(exc)
+        except DatabaseError as exc:
+            # Anything else from the driver (SQLite's "closed database", a missing table
+            # before migrate): the same back-off, with the traceback since it may be a bug.
+            return self._back_off(exc, exc_info=True)
+        except Exception as exc:
+            logger.exception("scheduler tick failed", extra={"action": "tick_error"})
+            return self._back_off(exc, log=False)
+        self.outage.recovered()
+        return result.wake_in
+
+    def _back_off(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
+        delay = self.outage.failed(exc, log=log, exc_info=exc_info)
+        try:
+            # Throw the broken connection away; the next tick opens a fresh one.
+            connections[self.using].close()
+        except Exception:
+            logger.debug("closing the broken connection failed", exc_info=True)
+        return delay
+
+    def until_reachable(self, prepare: Callable[[], _T]) -> _T | None:
+        """Call `prepare` until the database lets it finish, backing off as the loop does.
+
+        Return its result, or None when a signal asked the process to stop meanwhile. A
+        scheduler started while its database is down (a reboot where the application comes
+        up first) waits for it instead of exiting into a crash loop.
+        """
+        # The handlers stay installed on success, so a signal between start-up and the loop
+        # is a graceful stop (run() finds `stopping` set), not the default: death by SIGTERM.
+        installed = self.signals.install()
+        ready = False
+        try:
+            while not self.stopping:
+                try:
+                    result = prepare()
+                except (OperationalError, InterfaceError) as exc:
+                    self._wake.clear()
+                    self._wake.wait(self._back_off(exc))
+                    continue
+                self.outage.recovered()
+                ready = True
+                return result
+            return None
+        finally:
+            if installed and not ready:
+                self.signals.restore()
+
+    # -- waiting and stopping -----------------------------------------------------------------
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for the runs in flight to finish and record their outcomes.
+
+        Return False if `timeout` passed first. Timeouts of runs in flight are enforced
+        while waiting.
+        """
+        return self.runs.wait_idle(timeout, self.now)
+
+    def shutdown(self) -> None:
+        """Stop claiming, wait up to `grace` for runs, mark the rest interrupted."""
+        self.request_stop()
+        if self.process is not None:
+            shutdown.graceful(self, RECEIVERS_DRAIN)

@@ -1,0 +1,105 @@
+"""History pruning: finished runs past HISTORY_DAYS, and rows of processes long gone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+from django.db.models import Q
+
+from django_posixcron.models import Run, SchedulerProcess
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.maintenance")
+
+# Retention is counted in days, so pruning once an hour per process is plenty; batches keep
+# each DELETE short so it never holds locks that claims wait on.
+PRUNE_EVERY = dt.timedelta(hours=1)
+PRUNE_BATCH = 1000
+PRUNE_MAX_BATCHES_PER_TICK = 20
+# Rows of stopped or dead processes are kept this long (and while runs in the history name
+# them): long enough to read in the admin what happened to a process that died last night.
+PROCESS_ROWS_KEPT = dt.timedelta(days=1)
+
+
+class Pruner:
+    """Delete old history a batch at a time, at most once an hour unless behind."""
+
+    def __init__(
+        self, using: str, history_days: int | None, clock: Callable[[], dt.datetime]
+    ) -> None:
+        self.using = using
+        self.history_days = history_days
+        self.next_at: dt.datetime | None = None
+        # Real time, for the process rows: see prune().
+        self._clock = clock
+
+    def prune(self, now: dt.datetime) -> int:
+        """Delete finished runs older than HISTORY_DAYS, a batch at a time."""
+        days = self.history_days
+        if not days or days <= 0:
+            return 0
+        if self.next_at is not None and now < self.next_at:
+            return 0
+        cutoff = now - dt.timedelta(days=days)
+        total = 0
+        more = False
+        for _ in range(PRUNE_MAX_BATCHES_PER_TICK):
+            # By when the run finished, not when it was scheduled: a task resumed after a
+            # long pause fires once for its oldest missed occurrence, and that run is new.
+            # A running run has no finished_at and is never pruned.
+            ids = list(
+                Run.objects.using(self.using)
+                .filter(finished_at__lt=cutoff)
+                .order_by()
+                .values_list("pk", flat=True)[:PRUNE_BATCH]
+            )
+            if ids:
+                Run.objects.using(self.using).filter(pk__in=ids).delete()
+                total += len(ids)
+            more = len(ids) == PRUNE_BATCH
+            if not more:
+                break
+        if not more:
+            # By the real clock, not the tick's `now`: whether a process has been silent for a
+            # day is a fact about real time, and a tick driven at another instant (a test, a
+            # replay) must not delete the rows of live processes.
+            self.prune_processes(self._clock())
+        # With more left, carry on next tick rather than hold this one.
+        self.next_at = now if more else now + PRUNE_EVERY
+        if total:
+            logger.info(
+                "pruned %d runs older than %d days",
+                total,
+                days,
+                extra={"action": "history_pruned"},
+            )
+        return total
+
+    def prune_processes(self, now: dt.datetime) -> int:
+        """Delete rows of processes gone for a while that no run in the history names.
+
+        `runscheduler --once` from system cron adds a row per invocation. A row whose runs
+        are still in the history stays, so the run list keeps its link to it; once pruning
+        has removed those runs, the row goes too.
+        """
+        gone = now - PROCESS_ROWS_KEPT
+        processes = SchedulerProcess.objects.using(self.using)
+        ids = list(
+            processes.filter(
+                Q(stopped_at__lt=gone) | Q(stopped_at__isnull=True, last_heartbeat_at__lt=gone)
+            )
+            .filter(runs__isnull=True)
+            .order_by()
+            .values_list("pk", flat=True)[:PRUNE_BATCH]
+        )
+        if ids:
+            processes.filter(pk__in=ids).delete()
+            logger.info(
+                "pruned %d rows of scheduler processes gone since before %s",
+                len(ids),
+                gone.isoformat(),
+                extra={"action": "processes_pruned"},
+            )
+        return len(ids)

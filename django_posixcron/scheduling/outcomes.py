@@ -1,0 +1,290 @@
+"""Set-based outcome writes, and the integration signals, sent off the loop thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import queue
+import threading
+from typing import Any
+
+from django.db import close_old_connections, connections, transaction
+from django.db.models import Model
+
+from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
+from django_posixcron.scheduling import rules
+from django_posixcron.signals import run_finished
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.outcomes")
+
+# Error texts and tracebacks are kept whole up to this size; past it the tail, where the
+# failing frame is, is kept. A task raising a huge message must not bloat the history table.
+TEXT_LIMIT = 64 * 1024
+
+# Outcomes are written this many per transaction: enough to keep up with thousands of short
+# runs per second, few enough that the locks they take are held for milliseconds.
+OUTCOME_BATCH = 200
+
+
+def cap(text: str, *, keep_tail: bool = False) -> str:
+    """Return text fit for the history table: capped in size, without NUL characters.
+
+    PostgreSQL text columns refuse NUL; an error message quoting binary data must not make
+    the outcome unwritable (and the scheduler retry it forever).
+    """
+    text = text.replace("\x00", "\\x00")
+    if len(text) <= TEXT_LIMIT:
+        return text
+    marker = "[... truncated ...]\n"
+    if keep_tail:
+        return marker + text[-(TEXT_LIMIT - len(marker)) :]
+    return text[: TEXT_LIMIT - len(marker)] + "\n" + marker.strip()
+
+
+@dataclasses.dataclass
+class Outcome:
+    run: Run
+    status: str
+    finished_at: dt.datetime
+    error: str = ""
+    traceback: str = ""
+
+
+def send_robust(sig: Any, run: Run) -> None:
+    """Send `sig` for `run`; log what a receiver raises and carry on."""
+    from django_posixcron.scheduler import Scheduler
+
+    for receiver, result in sig.send_robust(sender=Scheduler, run=run):
+        if isinstance(result, BaseException):
+            logger.error(
+                "signal receiver %r raised %r; ignored",
+                receiver,
+                result,
+                exc_info=result,
+                extra={"action": "signal_receiver_error"},
+            )
+
+
+class Notifier:
+    """Send run_finished from a thread of its own once started; inline before that.
+
+    "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
+    the heartbeat." A scheduler driven by tick() alone (tests, the benchmark) has no thread
+    and sends inline, so what it sent is visible when tick() returns.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="posixcron-signals", daemon=True
+            )
+            self._thread.start()
+
+    def finished(self, run: Run) -> None:
+        if self._thread is None:
+            send_robust(run_finished, run)
+            return
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._queue.put(run)
+
+    def stop(self, timeout: float) -> bool:
+        """Send what is queued (waiting up to `timeout`), then end the thread."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        drained = self._idle.wait(timeout)
+        if not drained:
+            logger.warning(
+                "signal receivers still busy after %.0f s; %d run_finished signal(s) not sent",
+                timeout,
+                self._pending,
+                extra={"action": "signals_abandoned"},
+            )
+        self._queue.put(None)
+        return drained
+
+    def _serve(self) -> None:
+        while (run := self._queue.get()) is not None:
+            try:
+                send_robust(run_finished, run)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    if not self._pending:
+                        self._idle.set()
+                        # Receivers may query; their connection must not outlive the burst.
+                        close_old_connections()
+        connections.close_all()
+
+
+def log_finished(run: Run) -> None:
+    duration = run.duration.total_seconds() if run.duration is not None else 0.0
+    level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
+    first_line = run.error.splitlines()[0] if run.error else ""
+    logger.log(
+        level,
+        "run finished task=%s trigger=%s status=%s duration=%.3fs run=%s%s",
+        run.task.name,
+        run.trigger,
+        run.status,
+        duration,
+        run.pk,
+        f" error={first_line!r}" if first_line else "",
+        extra={
+            "action": "run_finished",
+            "task": run.task.name,
+            "run_id": run.pk,
+            "status": run.status,
+        },
+    )
+
+
+def write_outcomes(
+    outcomes: list[Outcome], using: str, notifier: Notifier | None = None
+) -> list[Outcome]:
+    """Record final statuses once; the retry rule applies; return those recorded.
+
+    "Writes touch only their own fields, so a concurrent pause from the admin is never
+    lost": the run's outcome fields, and the task's last_run_*, retry_at and due_at.
+    """
+    by_pk = {o.run.pk: o for o in outcomes}
+    with transaction.atomic(using=using):
+        # Task rows first, then run rows: the order a claim takes them in (it locks tasks,
+        # then inserts runs). The other order deadlocks with a concurrent claim on InnoDB.
+        task_rows = _lock_task_rows({o.run.task_id for o in outcomes}, using)
+        # Locked, so a run marked timed out meanwhile is never overwritten. By primary key
+        # alone, status checked here: with the status in the WHERE clause InnoDB may walk
+        # the (status, process) index and lock other processes' running rows on the way,
+        # deadlocking with their own outcome writes.
+        current = dict(
+            Run.objects.using(using)
+            .select_for_update()
+            .filter(pk__in=list(by_pk))
+            .order_by("pk")
+            .values_list("pk", "status")
+        )
+        recorded = [
+            o for o in outcomes if rules.accepts_outcome(current.get(o.run.pk, ""), o.status)
+        ]
+        if not recorded:
+            return []
+        for o in recorded:
+            run = o.run
+            run.status, run.finished_at = o.status, o.finished_at
+            run.error, run.traceback = o.error, o.traceback
+            run.duration = (
+                max(dt.timedelta(0), o.finished_at - run.started_at)
+                if run.started_at is not None
+                else None
+            )
+        update_many(
+            Run,
+            ["status", "finished_at", "duration", "error", "traceback"],
+            [
+                (o.run.pk, o.status, o.finished_at, o.run.duration, o.error, o.traceback)
+                for o in recorded
+            ],
+            using,
+        )
+        _record_task_outcomes(recorded, task_rows, using)
+    _announce(recorded, current, notifier)
+    return recorded
+
+
+def _announce(recorded: list[Outcome], previous: dict[int, str], notifier: Notifier | None) -> None:
+    """Log each recorded outcome and send run_finished for it."""
+    for o in recorded:
+        if previous[o.run.pk] == RunStatus.LOST:
+            logger.warning(
+                "run %s of task %s was marked lost, then its outcome arrived: recorded as %s",
+                o.run.pk,
+                o.run.task.name,
+                o.status,
+                extra={"action": "late_outcome", "task": o.run.task.name, "run_id": o.run.pk},
+            )
+        log_finished(o.run)
+        if notifier is not None:
+            notifier.finished(o.run)
+
+
+def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]:
+    """Lock tasks in pk order; return their cursor fields by pk.
+
+    The row locks make next_run_at and run_requested_at current for the due_at computed
+    from them (a claim elsewhere may have just moved the cursor).
+    """
+    return {
+        row["pk"]: dict(row)
+        for row in Task.objects.using(using)
+        .select_for_update()
+        .filter(pk__in=sorted(task_ids))
+        .order_by("pk")
+        .values("pk", "next_run_at", "run_requested_at", "retry_at")
+    }
+
+
+def _record_task_outcomes(
+    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str
+) -> None:
+    """Apply finished runs to their tasks: last_run_*, and the retry rule on retry_at/due_at."""
+    touched: dict[int, tuple[Any, ...]] = {}
+    for o in sorted(outcomes, key=lambda o: o.finished_at):
+        row = rows.get(o.run.task_id)
+        if row is None:
+            continue
+        row["retry_at"] = rules.retry_after_outcome(
+            o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
+        )
+        due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
+        touched[row["pk"]] = (row["pk"], o.status, o.finished_at, row["retry_at"], due)
+    update_many(
+        Task,
+        ["last_run_status", "last_run_finished_at", "retry_at", "due_at"],
+        list(touched.values()),
+        using,
+    )
+
+
+def update_many(
+    model: type[Model], fields: list[str], rows: list[tuple[Any, ...]], using: str
+) -> None:
+    """Run one parameterised UPDATE ... WHERE pk = %s for many rows (pk first in each row).
+
+    The ORM's bulk_update builds a CASE expression per field and row, which costs more
+    Python time than the round trips it saves; executemany pipelines plain statements.
+    Values go through each field's own preparation, so every backend gets its types.
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    meta = model._meta
+    quote = connection.ops.quote_name
+    columns: list[Any] = [meta.get_field(name) for name in fields]
+    pk_column: str = meta.pk.column  # type: ignore[assignment]
+    sql = "UPDATE {} SET {} WHERE {} = %s".format(
+        quote(meta.db_table),
+        ", ".join(f"{quote(field.column)} = %s" for field in columns),
+        quote(pk_column),
+    )
+    params = [
+        [
+            field.get_db_prep_save(value, connection)
+            for field, value in zip(columns, values, strict=True)
+        ]
+        + [pk]
+        for pk, *values in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)

@@ -1,0 +1,144 @@
+"""The scheduler's rules as pure functions: no database, no clock, no threads.
+
+Which trigger fires, a task's next state after a claim, and what an outcome does to its task
+are decided here; claim.py and outcomes.py only read rows in and write the answers out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from django_posixcron.models import FAILURE_STATUSES, RunStatus, Trigger, due_at
+from django_posixcron.timing import next_occurrence
+
+# A process is presumed dead once it has missed three heartbeats: one slow beat (a GC pause,
+# a database hiccup) must not turn its runs into lost ones and fire them twice. The floor
+# covers very short poll intervals, where three beats are shorter than a database failover
+# or a container being rescheduled.
+STALE_AFTER_TICKS = 3
+STALE_AFTER_MIN = dt.timedelta(seconds=30)
+
+# Every process heartbeats at least this often, whatever its poll interval, so that a process
+# polling every minute is not taken for dead by one whose threshold is the 30 s floor.
+HEARTBEAT_EVERY = 10.0
+
+# Database outage back-off: quick enough to notice a restart within a second, capped well
+# under the stale limit: "the stale limit is longer than the loop's longest back-off", so a
+# process sleeping out an outage is back and beating before anyone presumes it dead.
+BACKOFF_MIN = 0.5
+BACKOFF_MAX = 10.0
+
+
+def stale_after(poll_interval: float) -> dt.timedelta:
+    """Return how long without a heartbeat makes a scheduler process presumed dead."""
+    heartbeat_every = min(poll_interval, HEARTBEAT_EVERY)
+    return max(STALE_AFTER_MIN, dt.timedelta(seconds=STALE_AFTER_TICKS * heartbeat_every))
+
+
+def back_off(failures: int) -> float:
+    """Return the delay before the next attempt after `failures` failed ones in a row."""
+    return float(min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** (max(1, failures) - 1)))
+
+
+def decide(
+    next_run_at: dt.datetime | None,
+    retry_at: dt.datetime | None,
+    run_requested_at: dt.datetime | None,
+    now: dt.datetime,
+) -> tuple[str, dt.datetime] | None:
+    """Return (trigger, scheduled_for) for a due task, or None if nothing is due.
+
+    Precedence when several are due at once: cron, then retry, then manual. One run answers
+    every reason the task was due for: the cron occurrence is what the exactly-once promise
+    is about, and a retry or a manual request only asks for "one more run soon", which that
+    run is.
+    """
+    if next_run_at is not None and next_run_at <= now:
+        return Trigger.CRON, next_run_at
+    if retry_at is not None and retry_at <= now:
+        return Trigger.RETRY, retry_at
+    if run_requested_at is not None and run_requested_at <= now:
+        return Trigger.MANUAL, run_requested_at
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """What a claim does to one task: its new state, and the run to insert (if any)."""
+
+    changes: dict[str, Any]
+    trigger: str | None = None
+    scheduled_for: dt.datetime | None = None
+    skipped: bool = False
+
+
+def after_claim(
+    *,
+    schedule: str,
+    timezone: str,
+    next_run_at: dt.datetime | None,
+    retry_at: dt.datetime | None,
+    run_requested_at: dt.datetime | None,
+    last_run_started_at: dt.datetime | None,
+    now: dt.datetime,
+    overlapping: bool,
+) -> Claimed:
+    """Return the task's state after a claim at `now`, and what run it fires."""
+    decided = decide(next_run_at, retry_at, run_requested_at, now)
+    trigger = scheduled_for = None
+    if decided is not None:
+        trigger, scheduled_for = decided
+        if trigger == Trigger.CRON:
+            # "No make-up: after downtime a task fires once, then resumes its schedule."
+            # The cursor goes to the first occurrence strictly after now, however many
+            # occurrences were missed.
+            next_run_at = next_occurrence(schedule, timezone, now)
+        # Any run consumes a pending retry ("when the next cron occurrence comes first, it
+        # fires first and consumes the retry") and a manual request already made.
+        retry_at = None
+        if run_requested_at is not None and run_requested_at <= now:
+            run_requested_at = None
+        if not overlapping:
+            last_run_started_at = now
+    changes = {
+        "next_run_at": next_run_at,
+        "retry_at": retry_at,
+        "run_requested_at": run_requested_at,
+        "due_at": due_at(next_run_at, retry_at, run_requested_at),
+        "last_run_started_at": last_run_started_at,
+    }
+    return Claimed(changes, trigger, scheduled_for, skipped=decided is not None and overlapping)
+
+
+def retry_after_outcome(
+    status: str,
+    finished_at: dt.datetime,
+    retry_delay: dt.timedelta,
+    retry_at: dt.datetime | None,
+) -> dt.datetime | None:
+    """Return the task's retry_at once a run ended with `status`.
+
+    "On failure set retry_at = failure time + retry_delay; on success clear it."
+    A lost, interrupted or timed_out run counts as a failure; a skip changes nothing.
+    """
+    if status == RunStatus.SUCCEEDED:
+        return None
+    if status in FAILURE_STATUSES:
+        return finished_at + retry_delay
+    return retry_at
+
+
+def accepts_outcome(current_status: str, status: str) -> bool:
+    """Return whether an outcome `status` may still be written over a run in `current_status`.
+
+    A running run takes its outcome. So does one already marked lost: "an outcome that
+    arrives for a run already marked lost is still recorded on it (logged and signalled),
+    never dropped". Any other final status stays: it was written by this process (a timeout,
+    the grace period) and the late return is only logged.
+    """
+    if current_status == RunStatus.LOST:
+        # Two peers marking the same dead process's run lost: the second changes nothing.
+        return status != RunStatus.LOST
+    return current_status == RunStatus.RUNNING

@@ -1,0 +1,245 @@
+"""Signal handlers that only set flags, and the forced exit a second signal asks for.
+
+"Signal handlers only set a flag (no database I/O, no locks)." A Python handler runs on the
+main thread between two bytecodes of whatever it interrupted, possibly inside a database call
+or while holding a lock, and not at all while that thread is blocked in a driver's C call
+(mysqlclient waiting on a row lock). So the signal is taken from Python's wakeup fd, which
+the interpreter's C-level handler writes the signal number to the moment it arrives; the
+Python handlers do nothing. A watcher thread reads the fd and does the rest: the log line,
+the stop request, and on a second signal the forced exit, on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections, transaction
+
+from django_posixcron.scheduling.liveness import mark_stopped
+from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
+
+if TYPE_CHECKING:
+    from django_posixcron.scheduling.loop import Scheduler
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.shutdown")
+
+# "A second signal ends the process within 2 s." The forced exit's writes are bounded by a
+# statement timeout of this long; a timer ends the process at FORCED_EXIT_LIMIT whatever
+# they are doing (a connection attempt to a database that is down has no statement timeout).
+STATEMENT_TIMEOUT = 1.0
+FORCED_EXIT_LIMIT = 1.8
+
+_STOP_WATCHING = b"\0"
+
+
+class SignalWatcher:
+    """Own SIGTERM and SIGINT: the first asks for a graceful stop, the second a forced exit."""
+
+    def __init__(self, on_first: Callable[[str], None], on_second: Callable[[str], None]) -> None:
+        self._on_first = on_first
+        self._on_second = on_second
+        self._previous: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._previous_fd = -1
+        self.received = 0
+
+    def install(self) -> bool:
+        """Handle SIGTERM and SIGINT; return False if already handled or not possible here."""
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return False
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="posixcron-signals-watch")
+        self._thread.daemon = True
+        self._thread.start()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return True
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+            with contextlib.suppress(OSError):
+                os.write(self._pipe[1], _STOP_WATCHING)
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(5)
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        """Do nothing: the wakeup fd already told the watcher (and replaces the default)."""
+
+    def _watch(self) -> None:
+        assert self._pipe is not None
+        read_fd = self._pipe[0]
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum == _STOP_WATCHING[0]:
+                    return
+                if signum not in (signal.SIGTERM, signal.SIGINT):
+                    continue  # another signal some other code handles
+                self.received += 1
+                name = signal.Signals(signum).name
+                if self.received == 1:
+                    self._on_first(name)
+                else:
+                    self._on_second(name)
+                    return
+
+
+def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
+    """Wait up to the grace period for runs, mark the rest interrupted, stop the threads.
+
+    "First SIGTERM / SIGINT: stop claiming, wait up to --grace for running runs, mark those
+    still running interrupted (their retry rule applies), exit 0."
+    """
+    assert scheduler.process is not None
+    runs, grace = scheduler.runs, scheduler.grace
+    running = len(runs.pks())
+    if running:
+        logger.info(
+            "waiting up to %.0f s for %d running task(s)",
+            grace,
+            running,
+            extra={"action": "shutdown_waiting"},
+        )
+    scheduler.wait_idle(grace)
+    try:
+        runs.interrupt_remaining(
+            "Interrupted: the scheduler was asked to stop and the run did not "
+            f"finish within the {grace:g} s grace period."
+        )
+        runs.flush()
+        mark_stopped(scheduler.using, scheduler.process)
+    except DatabaseError as exc:
+        logger.error(
+            "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
+            "schedulers will mark the runs lost",
+            exc,
+            runs.unrecorded,
+            extra={"action": "shutdown_db_error"},
+        )
+    if scheduler.heartbeat is not None:
+        scheduler.heartbeat.stop()
+    scheduler.notifier.stop(receivers_drain)
+    scheduler.executor.close()
+    logger.info(
+        "scheduler stopped process=%s",
+        scheduler.process.label,
+        extra={"action": "scheduler_stopped"},
+    )
+
+
+def first_signal(scheduler: Scheduler, name: str) -> None:
+    logger.warning(
+        "%s received: no new claims; waiting up to %g s for running tasks "
+        "(send it again to exit at once)",
+        name,
+        scheduler.grace,
+        extra={"action": "shutdown_requested"},
+    )
+    scheduler.request_stop()
+
+
+def second_signal(scheduler: Scheduler, name: str) -> None:
+    logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
+    process = scheduler.process
+    forced_exit(
+        using=scheduler.using,
+        kill_children=scheduler.executor.kill_all,
+        take_outcomes=lambda: scheduler.runs.take_all(
+            "Interrupted: the scheduler was told to exit at once (a second signal)."
+        ),
+        mark_stopped=lambda using: mark_stopped(using, process) if process else None,
+    )
+
+
+def forced_exit(
+    *,
+    using: str,
+    kill_children: Callable[[], None],
+    take_outcomes: Callable[[], list[Outcome]],
+    mark_stopped: Callable[[str], None],
+) -> None:
+    """End the process now: kill the executor's children, record what it can, exit 1.
+
+    "It kills the process executor's children, records the outcomes it already has, marks
+    the rest interrupted in one short transaction bounded by a statement timeout, and exits."
+    Runs on the watcher thread, so the transaction uses that thread's own connection, never
+    the one the main thread may be in the middle of using.
+    """
+    timer = threading.Timer(FORCED_EXIT_LIMIT, _exit_now, args=("the forced exit ran out of time",))
+    timer.daemon = True
+    timer.start()
+    try:
+        # What returned is taken (and the rest sealed) before the kill, so a killed child is
+        # recorded interrupted, not failed; the kill comes before any write: a child that went
+        # on executing after its run is recorded as ended would run twice once retried.
+        outcomes = take_outcomes()
+        kill_children()
+        # Session settings before BEGIN (SQLite's IMMEDIATE waits for the lock at BEGIN);
+        # PostgreSQL's SET LOCAL inside, where it lasts just this transaction.
+        postgresql = connections[using].vendor == "postgresql"
+        if not postgresql:
+            _bound_statements(using)
+        with transaction.atomic(using=using):
+            if postgresql:
+                _bound_statements(using)
+            for start in range(0, len(outcomes), 200):
+                write_outcomes(outcomes[start : start + 200], using)
+            mark_stopped(using)
+        logger.warning(
+            "forced exit: %d outcome(s) recorded",
+            len(outcomes),
+            extra={"action": "forced_exit_recorded"},
+        )
+    except BaseException:
+        logger.exception("could not record the forced exit", extra={"action": "exit_error"})
+    _exit_now("")
+
+
+def _bound_statements(using: str) -> None:
+    """Bound each statement of the current transaction by STATEMENT_TIMEOUT."""
+    connection = connections[using]
+    millis = int(STATEMENT_TIMEOUT * 1000)
+    seconds = max(1, int(STATEMENT_TIMEOUT))
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET LOCAL statement_timeout = {millis}")
+            cursor.execute(f"SET LOCAL lock_timeout = {millis}")
+        elif connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+            cursor.execute(f"SET SESSION max_statement_time = {STATEMENT_TIMEOUT}")
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+        elif connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA busy_timeout = {millis}")
+
+
+def _exit_now(reason: str) -> None:
+    if reason:
+        logger.error("%s; exiting", reason, extra={"action": "exit_error"})
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    os._exit(1)

@@ -1,0 +1,181 @@
+"""Liveness while receivers are slow, and outcomes that arrive for runs already marked lost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from pathlib import Path
+
+import pytest
+
+from django_posixcron.db import database_now
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.processes.conftest import Schedulers, only_on, record_task, task, utcnow
+from tests.testapp.models import Hit
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_slow_run_finished_receiver_delays_neither_the_heartbeat_nor_claims(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 3: receivers ran on the loop thread, before the heartbeat.
+
+    "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
+    the heartbeat." The receiver (tests.processes.jobs) blocks until the test releases it;
+    meanwhile the process must keep beating (every second here) and start other runs.
+    """
+    gate = tmp_path / "receiver-gate"
+    schedulers.configure(
+        {
+            "slow-receiver": task(
+                "tests.processes.jobs.with_receiver_gate",
+                kwargs={"receiver_gate": str(gate)},
+            ),
+            "other": record_task("other"),
+        }
+    )
+    (child,) = schedulers.start_live(1)
+    try:
+        Task.objects.get(name="slow-receiver").request_run()
+        schedulers.wait_for(
+            lambda: Hit.objects.filter(label="receiver-blocked").exists(),
+            what="the receiver to block",
+        )
+        process = SchedulerProcess.objects.get(pid=child.pid)
+        blocked_at = process.last_heartbeat_at
+        schedulers.wait_for(
+            lambda: (
+                SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+                > blocked_at + dt.timedelta(seconds=2)
+            ),
+            timeout=10,
+            what="a heartbeat while the receiver blocks",
+        )
+        Task.objects.get(name="other").request_run()
+        schedulers.wait_for(
+            lambda: Run.objects.filter(task__name="other", status=RunStatus.SUCCEEDED).exists(),
+            timeout=10,
+            what="another run to be claimed and finish while the receiver blocks",
+        )
+    finally:
+        gate.touch()
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_an_outcome_for_a_run_already_marked_lost_is_recorded_logged_and_signalled(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 6: the outcome was dropped without a log line or a signal.
+
+    A peer marks the run lost (as one does when it judges the owner dead after an outage);
+    the run then returns in its own process: "an outcome that arrives for a run already
+    marked lost is still recorded on it (logged and signalled), never dropped."
+    """
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "late": task(
+                "tests.processes.jobs.wait_then_signal",
+                kwargs={"path": str(release), "task_name": "late", "record_signals": True},
+            )
+        }
+    )
+    (child,) = schedulers.start_live(1)
+    late = Task.objects.get(name="late")
+    late.request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="late", label="started").exists(),
+        what="the run to start",
+    )
+    run = Run.objects.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.LOST, error="Lost: (a peer)")
+    release.touch()
+
+    schedulers.wait_for(
+        lambda: Run.objects.filter(pk=run.pk, status=RunStatus.SUCCEEDED).exists(),
+        what="the real outcome to be recorded over lost",
+    )
+    schedulers.wait_for(
+        lambda: "late_outcome" in child.output() or "then its outcome arrived" in child.output(),
+        what="the late outcome to be logged",
+    )
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="late", label="signal:succeeded").exists(),
+        what="run_finished to be sent for the late outcome",
+    )
+    late.refresh_from_db()
+    assert late.last_run_status == RunStatus.SUCCEEDED
+    assert late.retry_at is None
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_heartbeats_follow_the_database_clock_when_the_host_clock_steps(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Item 7: heartbeats were host-clock estimates.
+
+    "The heartbeat itself beats on its own thread, by the database clock." The host clock
+    steps an hour ahead while the scheduler runs; no heartbeat may be written an hour ahead
+    (that would keep a dead process looking alive, and its runs unrecovered, for an hour).
+    """
+    only_on("postgresql", "mysql", why="SQLite has no clock of its own; the host's is used")
+    clock = tmp_path / "host-clock"
+    # Beats every 3 s: a beat written from a stepped host clock would stand that long.
+    schedulers.configure(
+        {"other": record_task("other")}, extra={"HOST_CLOCK_FILE": str(clock)}, POLL_INTERVAL=3
+    )
+    (child,) = schedulers.start_live(1)
+    process = SchedulerProcess.objects.get(pid=child.pid)
+    first = process.last_heartbeat_at
+    clock.write_text("3600")
+    latest: list[dt.datetime] = []
+
+    def beats_seen() -> bool:
+        beat = SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+        assert beat <= database_now("default") + dt.timedelta(seconds=1), (
+            f"heartbeat {beat.isoformat()} is ahead of the database clock\n{schedulers.outputs()}"
+        )
+        latest.append(beat)
+        return beat > first + dt.timedelta(seconds=5)
+
+    schedulers.wait_for(beats_seen, timeout=15, what="heartbeats after the host clock stepped")
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_a_process_backing_off_keeps_beating(schedulers: Schedulers) -> None:
+    """Item 9: heartbeats came from the tick, so a loop in back-off stopped beating.
+
+    "The stale limit is longer than the loop's longest back-off", and the heartbeat does not
+    wait for the loop at all. Here every tick fails (a stored schedule the engine refuses),
+    so the loop backs off 0.5, 1, 2, 4, then 8 s; the process must keep beating meanwhile.
+    """
+    schedulers.configure({"broken": record_task("broken")})
+    (child,) = schedulers.start_live(1)
+    due = utcnow() - dt.timedelta(seconds=1)
+    # A cron occurrence is due, and moving its cursor on needs the (now refused) schedule.
+    Task.objects.filter(name="broken").update(schedule="61 * * * *", next_run_at=due, due_at=due)
+    schedulers.wait_for(
+        lambda: child.output().count("scheduler tick failed") >= 5,
+        timeout=20,
+        what="the loop to back off five times",
+    )
+    process = SchedulerProcess.objects.get(pid=child.pid)
+    backing_off_since = process.last_heartbeat_at
+    schedulers.wait_for(
+        lambda: (
+            SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+            > backing_off_since + dt.timedelta(seconds=3)
+        ),
+        timeout=6,
+        what="heartbeats while the loop backs off for 8 s",
+    )
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
