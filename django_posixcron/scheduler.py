@@ -1237,6 +1237,9 @@ class Scheduler:
             self.request_stop()
             return
         logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
+        # First, so that no run is still executing once it is recorded interrupted.
+        with contextlib.suppress(BaseException):
+            self.executor.kill_all()
         try:
             # Only outside a transaction: a write inside the main thread's open transaction
             # would vanish with it. What is not marked here, heartbeat expiry marks lost.
