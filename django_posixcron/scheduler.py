@@ -1193,6 +1193,10 @@ class Scheduler:
         with self._lock:
             remaining = list(self._inflight.values())
             self._inflight.clear()
+        if forced:
+            # "No run keeps executing after the run is recorded as ended": kill, then record.
+            # After the runs left _inflight, so the killed calls' own outcomes are dropped.
+            self.executor.kill_all()
         for inflight in remaining:
             # A process executor stops the run's process; threads cannot be stopped.
             self.executor.release(inflight.run.pk)
@@ -1237,9 +1241,6 @@ class Scheduler:
             self.request_stop()
             return
         logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
-        # First, so that no run is still executing once it is recorded interrupted.
-        with contextlib.suppress(BaseException):
-            self.executor.kill_all()
         try:
             # Only outside a transaction: a write inside the main thread's open transaction
             # would vanish with it. What is not marked here, heartbeat expiry marks lost.
@@ -1252,6 +1253,9 @@ class Scheduler:
         except BaseException:
             logger.exception("could not record the forced exit", extra={"action": "exit_error"})
         finally:
+            # Here too when nothing could be recorded: no run outlives the process.
+            with contextlib.suppress(BaseException):
+                self.executor.kill_all()
             logging.shutdown()
             os._exit(1)
 

@@ -119,6 +119,7 @@ class ProcessExecutor(ThreadExecutor):
         self.kill_after = kill_after
         self._children: dict[int, _Child] = {}
         self._stopping: set[int] = set()
+        self._killed = False
 
     def invoke(self, key: int, declaration: Declared) -> None:
         """Call the callable in a child process; raise TaskCodeError if it failed there."""
@@ -137,6 +138,10 @@ class ProcessExecutor(ThreadExecutor):
                 self._children.pop(key, None)
                 self._stopping.discard(key)
                 self._cond.notify_all()
+        if self._killed:
+            raise TaskCodeError(
+                "Killed: the scheduler was told to exit at once (a second signal).", ""
+            )
         if result is None:
             raise TaskCodeError(
                 f"The task's process ended without reporting (exit code {child.popen.returncode}).",
@@ -208,6 +213,7 @@ class ProcessExecutor(ThreadExecutor):
         """Kill every run's process group now (the forced exit) and reap the children."""
         with self._cond:
             self._closed = True
+            self._killed = True
             children = list(self._children.values())
         for child in children:
             child.signal_group(signal.SIGKILL)
