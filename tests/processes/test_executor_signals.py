@@ -92,6 +92,33 @@ def test_a_second_sigterm_kills_the_run_and_its_processes_before_exiting(
     assert not (folder / "finished").exists()
 
 
+def test_the_end_of_the_grace_stops_the_run_and_its_processes(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    folder = tmp_path / "run"
+    schedulers.configure({"spawner": spawner(folder, seconds=30)})
+    (child,) = schedulers.start_live(1, "--grace", "1", *PROCESS)
+    Task.objects.get(name="spawner").request_run()
+    pids = schedulers.wait_for(lambda: started_pids(folder), what="the run to start")
+    schedulers.expect_exit(child)
+
+    stopped_at = time.monotonic()
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+    # The grace, then at most kill_after (5 s) for the group to go after its SIGTERM.
+    assert time.monotonic() - stopped_at < 1 + 5 + 2, schedulers.outputs()
+
+    schedulers.wait_for(
+        lambda: not [pid for pid in pids if alive(pid)],
+        timeout=1,
+        what="the run's processes to be gone",
+    )
+    run = Run.objects.get()
+    assert run.status == RunStatus.INTERRUPTED, schedulers.outputs()
+    assert "grace" in run.error
+    assert not (folder / "finished").exists()
+
+
 def test_a_killed_scheduler_leaves_no_run_executing(schedulers: Schedulers, tmp_path: Path) -> None:
     folder = tmp_path / "run"
     child, pids = start_spawner(schedulers, folder, seconds=6)
@@ -105,7 +132,7 @@ def test_a_killed_scheduler_leaves_no_run_executing(schedulers: Schedulers, tmp_
         what="the run's processes to end with their scheduler",
     )
     assert not (folder / "finished").exists()
-    assert "scheduler process" in child.output() and "is gone" in child.output()
+    assert f"the scheduler process {child.pid} is gone while run" in child.output()
     # Its run is left to the heartbeat rule (lost, then retried): none of it still executes.
     assert Run.objects.get().status == RunStatus.RUNNING
 
