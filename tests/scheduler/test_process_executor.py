@@ -7,7 +7,9 @@ import datetime as dt
 import functools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -16,6 +18,8 @@ from django_posixcron.models import Run, RunStatus
 from tests.scheduler.conftest import T0, Declaration
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T")
 
 
 @pytest.mark.parametrize(
@@ -50,7 +54,7 @@ def alive(pid: int) -> bool:
     return True
 
 
-def wait_until(condition, timeout: float, what: str):
+def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
@@ -118,7 +122,7 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
     pids = [
         pid
         for folder in folders
-        for pid in wait_until(lambda f=folder: started_pids(f), 30, "both runs to start")
+        for pid in wait_until(functools.partial(started_pids, folder), 30, "both runs to start")
     ]
 
     began = time.monotonic()

@@ -7,6 +7,8 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -16,12 +18,14 @@ from tests.scheduler.conftest import T0
 from tests.testapp import jobs
 from tests.testapp.models import Hit
 
+T = TypeVar("T")
+
 
 def workers() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("posixcron-worker-"))
 
 
-def wait_until(condition, timeout: float = 10, what: str = "the condition"):
+def wait_until(condition: Callable[[], T], timeout: float = 10, what: str = "the condition") -> T:
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
