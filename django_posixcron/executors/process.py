@@ -298,7 +298,7 @@ def _exit_like(status: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-    os._exit(max(os.waitstatus_to_exitcode(status), 0) if os.WIFEXITED(status) else 1)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def _end_group(scheduler_pid: int, when: str) -> NoReturn:
