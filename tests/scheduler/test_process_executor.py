@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import threading
+import functools
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from django_posixcron.executors import ProcessExecutor
+from django_posixcron.executors import ProcessExecutor, TaskCodeError
 from django_posixcron.models import Run, RunStatus
-from tests.scheduler.conftest import T0
+from tests.scheduler.conftest import T0, Declaration
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T")
 
 
 @pytest.mark.parametrize(
@@ -34,33 +42,99 @@ def test_outcomes_come_back_from_the_child(tasks, make_scheduler, path, status, 
         assert "Traceback" in run.traceback
 
 
-def test_a_timeout_stops_the_child_process(tasks, make_scheduler):
-    tasks(callable_path="tests.testapp.jobs.sleep_for", kwargs={"seconds": 120}, timeout=1)
+def alive(pid: int) -> bool:
+    """Return True while `pid` runs (a zombie, dead but not yet reaped, does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def started_pids(folder: Path) -> list[int]:
+    marker = folder / "started"
+    return [int(pid) for pid in marker.read_text().split()] if marker.exists() else []
+
+
+def test_a_timeout_stops_the_run_and_the_processes_it_started(tasks, make_scheduler, tmp_path):
+    tasks(
+        callable_path="tests.testapp.jobs.spawn_and_sleep",
+        kwargs={"directory": str(tmp_path), "seconds": 120},
+        timeout=1,
+    )
     executor = ProcessExecutor(1, kill_after=2)
     scheduler = make_scheduler(executor=executor)
     run = scheduler.tick(T0).started[0]
-    # Wait for the child to exist, then let the timeout pass.
-    for _ in range(600):
-        with executor._cond:
-            process = executor._processes.get(run.pk)
-        if process is not None and process.pid is not None:
-            break
-        executor._cond.acquire()
-        executor._cond.wait(0.05)
-        executor._cond.release()
-    assert process is not None
+    pids = wait_until(lambda: started_pids(tmp_path), 30, "the run to start its grandchild")
 
     result = scheduler.tick(T0 + dt.timedelta(seconds=2))
 
     assert [r.pk for r in result.timed_out] == [run.pk]
-    # The run's thread returns once it has stopped and reaped the child.
+    # The run's thread returns once it has stopped the group and reaped the child.
     assert executor.wait_idle(10)
-    for _ in range(200):
-        if not executor._processes:
-            break
-        threading.Event().wait(0.05)
-    assert process.exitcode is not None
-    assert process.exitcode != 0
+    wait_until(lambda: not executor._children, 10, "the child to be reaped")
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the whole group to be gone")
+    assert not (tmp_path / "finished").exists()
     run.refresh_from_db()
     assert run.status == RunStatus.TIMED_OUT
     assert "cannot stop" not in run.error
+
+
+def test_a_task_may_use_multiprocessing_itself(tasks, make_scheduler, tmp_path):
+    result = tmp_path / "result"
+    tasks(callable_path="tests.testapp.jobs.uses_multiprocessing", kwargs={"path": str(result)})
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+
+    run = Run.objects.get()
+    assert (run.status, run.error) == (RunStatus.SUCCEEDED, "")
+    assert result.read_text() == "1,2,3"
+
+
+def test_kill_all_kills_every_group_at_once(tmp_path):
+    executor = ProcessExecutor(2)
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for key, folder in enumerate(folders):
+        folder.mkdir()
+        declaration = Declaration(
+            name=f"t{key}",
+            schedule="0 * * * *",
+            callable_path="tests.testapp.jobs.spawn_and_sleep",
+            kwargs={"directory": str(folder), "seconds": 120},
+            retry_delay=dt.timedelta(seconds=1),
+            overlap="skip",
+            timeout=None,
+            timezone="UTC",
+        )
+        executor.submit(key, functools.partial(_invoke_quietly, executor, key, declaration))
+    pids = [
+        pid
+        for folder in folders
+        for pid in wait_until(functools.partial(started_pids, folder), 30, "both runs to start")
+    ]
+
+    began = time.monotonic()
+    executor.kill_all()
+
+    assert time.monotonic() - began < 2
+    # SIGKILL is delivered at once, but a grandchild may take a moment to die.
+    wait_until(lambda: not any(alive(pid) for pid in pids), 1, "every process to be gone")
+    assert executor.wait_idle(5)
+    assert not any((folder / "finished").exists() for folder in folders)
+
+
+def _invoke_quietly(executor: ProcessExecutor, key: int, declaration: Declaration) -> None:
+    with contextlib.suppress(TaskCodeError):
+        executor.invoke(key, declaration)

@@ -100,3 +100,37 @@ def returns_coroutine() -> Coroutine[Any, Any, None]:
 
 def returns_generator() -> Iterator[int]:
     return (Hit.objects.create(task_name="generator").pk for _ in range(1))
+
+
+# --- the process executor: process groups, the forced exit, jobs with processes of their own ---
+
+
+def spawn_and_sleep(directory: str, seconds: float = 3.0) -> None:
+    """Start a grandchild, note both pids in `started`, sleep, then leave a `finished` file.
+
+    Files only, no database: the markers say what ran even when the run is killed mid-way.
+    """
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    folder = Path(directory)
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    (folder / "started.tmp").write_text(f"{os.getpid()} {grandchild.pid}")
+    os.replace(folder / "started.tmp", folder / "started")
+    time.sleep(seconds)
+    (folder / "finished").touch()
+    grandchild.kill()
+    grandchild.wait()
+
+
+def uses_multiprocessing(path: str) -> None:
+    """Compute with a multiprocessing pool, then write the result to `path`."""
+    import multiprocessing
+    from pathlib import Path
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        values = pool.map(abs, [-1, -2, -3])
+    Path(path).write_text(",".join(map(str, values)))

@@ -1,0 +1,91 @@
+"""What every executor shares: the protocol the scheduler uses, and task-code helpers."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+
+class Declared(Protocol):
+    """What an executor needs of a task declaration: what to call, with what."""
+
+    @property
+    def callable_path(self) -> str: ...
+
+    @property
+    def kwargs(self) -> Mapping[str, Any]: ...
+
+    def resolve(self) -> Callable[..., Any]: ...
+
+
+def describe_exception(exc: BaseException) -> str:
+    """Return "Type: message" for an exception, even one whose str() itself raises."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() of the exception raised an error>"
+    return f"{name}: {message}" if message else name
+
+
+def refuse_unrun(result: object) -> None:
+    """Raise TypeError when the callable handed back work instead of doing it.
+
+    The checks (posixcron.E026) refuse async and generator functions they can see; this catches
+    what they cannot (a decorator that hides one, a callable chosen at run time), so that such a
+    run is recorded failed rather than succeeded without running.
+    """
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        # Closed so that Python does not also warn "coroutine ... was never awaited".
+        result.close()
+    if inspect.isawaitable(result) or inspect.isasyncgen(result):
+        if inspect.iscoroutine(result):
+            what = "a coroutine"
+        elif inspect.isasyncgen(result):
+            what = "an async generator"
+        else:
+            what = f"an awaitable {type(result).__name__}"
+        raise TypeError(
+            f"the callable returned {what}: async callables are not supported; wrap it with "
+            "asgiref.sync.async_to_sync"
+        )
+    if inspect.isgenerator(result):
+        raise TypeError(
+            "the callable returned a generator, which nothing iterates: its code never ran; "
+            "declare a plain function that consumes it"
+        )
+
+
+class TaskCodeError(Exception):
+    """Task code failed in another process; carries its error line and traceback."""
+
+    def __init__(self, error: str, remote_traceback: str) -> None:
+        super().__init__(error)
+        self.error = error
+        self.remote_traceback = remote_traceback
+
+
+class Executor(Protocol):
+    """What the scheduler needs from an executor."""
+
+    #: True when a run past its timeout is really stopped, not only recorded as timed out.
+    stops_on_timeout: bool
+
+    def invoke(self, key: int, declaration: Declared) -> None: ...
+
+    def free_slots(self) -> int: ...
+
+    def submit(self, key: int, job: Callable[[], object]) -> None: ...
+
+    def release(self, key: int) -> None: ...
+
+    def wait_idle(self, timeout: float | None = None) -> bool: ...
+
+    def set_wakeup(self, callback: Callable[[], object] | None) -> None: ...
+
+    def close(self) -> None:
+        """Take no more runs; the graceful exit calls it once the grace period is over."""
+
+    def kill_all(self) -> None:
+        """Stop every run at once, within a second or so: the forced exit (a second signal)."""

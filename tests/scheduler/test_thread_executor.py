@@ -1,0 +1,120 @@
+"""The thread executor stays bounded however many timed-out calls hang (DESIGN 6: "a bounded
+thread executor")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+from django_posixcron.executors import ThreadExecutor
+from django_posixcron.models import Run, RunStatus
+from tests.scheduler.conftest import T0
+from tests.testapp import jobs
+from tests.testapp.models import Hit
+
+T = TypeVar("T")
+
+
+def workers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("posixcron-worker-"))
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 10, what: str = "the condition") -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
+def saturation_records(caplog: pytest.LogCaptureFixture) -> list[str]:
+    actions = [getattr(record, "action", "") for record in caplog.records]
+    return [action for action in actions if action.startswith("executor_")]
+
+
+def test_hung_timed_out_calls_hold_at_most_twice_concurrency_threads(caplog):
+    executor = ThreadExecutor(2)
+    hang = threading.Event()
+    before = workers()
+    try:
+        with caplog.at_level(logging.INFO, logger="django_posixcron.executors.thread"):
+            # As the scheduler does: submit while a slot is free, release on timeout.
+            for key in range(20):
+                if executor.free_slots() == 0:
+                    break
+                executor.submit(key, lambda: hang.wait(30))
+                executor.release(key)
+            assert key == 4
+            assert executor.stuck == 4
+            assert workers() - before == 4
+            with pytest.raises(RuntimeError, match="no free slot for run 99"):
+                executor.submit(99, lambda: None)
+            assert saturation_records(caplog) == ["executor_saturated"]
+
+            hang.set()
+            wait_until(lambda: executor.stuck == 0, what="the stuck calls to return")
+            assert executor.free_slots() == 2
+            wait_until(lambda: workers() - before <= 2, what="the pool to shrink back")
+            done = threading.Event()
+            executor.submit(100, done.set)
+            assert done.wait(5)
+        assert saturation_records(caplog) == ["executor_saturated", "executor_recovered"]
+    finally:
+        hang.set()
+        executor.close()
+
+
+def test_a_stuck_call_beyond_the_stand_ins_keeps_its_slot():
+    executor = ThreadExecutor(2)
+    hang = threading.Event()
+    try:
+        for key in range(3):
+            executor.submit(key, lambda: hang.wait(30))
+            executor.release(key)
+        # Two stand-ins are used up; the third stuck call takes one of the two slots.
+        assert (executor.stuck, executor.free_slots()) == (3, 1)
+    finally:
+        hang.set()
+        executor.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_scheduler_keeps_working_with_many_hung_runs(tasks, make_scheduler):
+    tasks(
+        "hangs",
+        schedule="* * * * *",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": "hangs", "task_name": "hangs"},
+        timeout=1,
+        overlap="allow",
+    )
+    tasks("later", schedule="30 10 * * *", kwargs={"label": "later", "task_name": "later"})
+    scheduler = make_scheduler(concurrency=2)
+    before = workers()
+
+    # One occurrence a minute, each hanging past its timeout: with unbounded stand-ins this
+    # would start one more thread per minute.
+    for minute in range(12):
+        scheduler.tick(T0 + dt.timedelta(minutes=minute, seconds=1))
+        assert workers() - before <= 4
+    # Claimed in the ticks; started in the pool's threads, each of which is still hanging.
+    assert Run.objects.filter(task__name="hangs").count() == 4
+    wait_until(
+        lambda: Hit.objects.filter(task_name="hangs", label="started").count() == 4,
+        what="the four hung calls to start",
+    )
+    assert scheduler.executor.free_slots() == 0
+    assert Run.objects.filter(status=RunStatus.TIMED_OUT).count() == 4
+
+    jobs.gate("hangs").set()
+    wait_until(lambda: scheduler.executor.free_slots() == 2, what="the hung calls to return")
+    scheduler.tick(T0 + dt.timedelta(minutes=30, seconds=2))
+    assert scheduler.wait_idle(timeout=10)
+    assert Hit.objects.filter(task_name="later").count() == 1
+    assert Run.objects.get(task__name="later").status == RunStatus.SUCCEEDED
