@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
-import itertools
 from typing import Final
 
 from django_posixcron.cron import dst
 from django_posixcron.cron import fields as f
 from django_posixcron.cron.canonical import canonical
-from django_posixcron.cron.errors import CronSyntaxError
+from django_posixcron.cron.days import (
+    MONTH_SHAPES,
+    check_fires,
+    day_masks,
+    mask,
+    month_shape,
+    shortest_interval,
+)
 
 _ONE_MINUTE: Final = dt.timedelta(minutes=1)
 _TICK: Final = dt.timedelta(microseconds=1)
@@ -24,19 +29,6 @@ _CYCLE_YEARS: Final = 400
 
 Wall = tuple[int, int, int, int, int]  # year, month, day, hour, minute
 
-# (year * 12 + month) -> index into a day-mask table: first weekday of the month * 4 + (days - 28)
-_MONTH_SHAPES: dict[int, int] = {}
-
-
-def _month_shape(year: int, month: int) -> int:
-    key = year * 12 + month
-    shape = _MONTH_SHAPES.get(key)
-    if shape is None:
-        monday_based, length = calendar.monthrange(year, month)
-        shape = (monday_based + 1) % 7 * 4 + (length - 28)
-        _MONTH_SHAPES[key] = shape
-    return shape
-
 
 def _next_table(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     """Return t where t[i] is the smallest value >= i, or -1; sized so t[size - 1] is -1."""
@@ -46,13 +38,6 @@ def _next_table(values: tuple[int, ...], size: int) -> tuple[int, ...]:
         table[start : value + 1] = [value] * (value + 1 - start)
         start = value + 1
     return tuple(table)
-
-
-def _mask(values: tuple[int, ...]) -> int:
-    bits = 0
-    for value in values:
-        bits |= 1 << value
-    return bits
 
 
 class CronExpression:
@@ -123,7 +108,7 @@ class CronExpression:
             f.parse_field(field, text) for field, text in zip(f.FIELDS, texts, strict=True)
         )
         if values[2] is not None and values[4] is None:
-            self._check_fires(values[2], values[3] or tuple(range(1, 13)), texts[2])
+            check_fires(values[2], values[3] or tuple(range(1, 13)), texts[2])
         # Equal meaning, equal text: equality, hashing and str() all follow the canonical form.
         values = canonical(values)
         minutes, hours, doms, months, dows = values
@@ -132,9 +117,9 @@ class CronExpression:
         self._minutes = minutes if minutes is not None else tuple(range(60))
         self._hours = hours if hours is not None else tuple(range(24))
         all_months = months if months is not None else tuple(range(1, 13))
-        self._minute_mask = _mask(self._minutes)
-        self._hour_mask = _mask(self._hours)
-        self._month_mask = _mask(all_months)
+        self._minute_mask = mask(self._minutes)
+        self._hour_mask = mask(self._hours)
+        self._month_mask = mask(all_months)
         self._dom_star = doms is None
         self._dow_star = dows is None
         # "Fixed-time schedules (neither the minute nor the hour field is `*`) follow the wall
@@ -146,51 +131,7 @@ class CronExpression:
         self._next_hour = _next_table(self._hours, 25)
         self._next_month = _next_table(all_months, 14)
         self._min_interval = None
-        self._day_masks = self._build_day_masks(doms, dows)
-
-    def _build_day_masks(
-        self, doms: tuple[int, ...] | None, dows: tuple[int, ...] | None
-    ) -> tuple[int, ...]:
-        """Return the matching days (bit d = day d) for each month shape (first weekday, length).
-
-        "Month always restricts. When day-of-month and day-of-week are both restricted (neither
-        is `*`) a day matches if either matches; when one of them is `*`, only the other
-        restricts."
-        """
-        masks: list[int] = []
-        dom_mask = _mask(doms) if doms is not None else 0
-        week = _mask(dows) if dows is not None else 0
-        for first_weekday in range(7):
-            # Day 1 falls on `first_weekday`: rotate the week so bit j is day j + 1's weekday,
-            # then repeat it over five weeks.
-            rotated = ((week >> first_weekday) | (week << (7 - first_weekday))) & 0x7F
-            dow_mask = (rotated * 0x810204081) << 1  # 0x810204081 = bits 0, 7, 14, 21, 28
-            for length in range(28, 32):
-                in_month = (1 << (length + 1)) - 2
-                if doms is None and dows is None:
-                    days = in_month
-                elif doms is None:
-                    days = dow_mask
-                elif dows is None:
-                    days = dom_mask
-                else:
-                    days = dom_mask | dow_mask
-                masks.append(days & in_month)
-        return tuple(masks)
-
-    @staticmethod
-    def _check_fires(doms: tuple[int, ...], months: tuple[int, ...], text: str) -> None:
-        longest = {2: 29, 4: 30, 6: 30, 9: 30, 11: 30}
-        if any(doms[0] <= longest.get(month, 31) for month in months):
-            return
-        names = [f.MONTH_NAMES[month - 1] for month in months]
-        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        days = [str(day) for day in doms]
-        day_text = days[0] if len(days) == 1 else ", ".join(days[:-1]) + " or " + days[-1]
-        verb = "has" if len(names) == 1 else "have"
-        raise CronSyntaxError(
-            f.DAY_OF_MONTH.name, text, f"never fires: {listed} {verb} no day {day_text}"
-        )
+        self._day_masks = day_masks(doms, dows)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -220,14 +161,14 @@ class CronExpression:
     # -- wall clock ------------------------------------------------------------------------
 
     def _day_matches(self, year: int, month: int, day: int) -> bool:
-        return bool(self._day_masks[_month_shape(year, month)] >> day & 1)
+        return bool(self._day_masks[month_shape(year, month)] >> day & 1)
 
     def _wall_matches(self, year: int, month: int, day: int, hour: int, minute: int) -> bool:
         return bool(
             self._minute_mask >> minute & 1
             and self._hour_mask >> hour & 1
             and self._month_mask >> month & 1
-            and self._day_masks[_month_shape(year, month)] >> day & 1
+            and self._day_masks[month_shape(year, month)] >> day & 1
         )
 
     def _at_or_after(self, year: int, month: int, day: int, hour: int, minute: int) -> Wall:
@@ -252,9 +193,9 @@ class CronExpression:
                     allowed_month = next_month[1]
                 month = allowed_month
                 day, hour, minute = 1, first_hour, first_minute
-            shape = _MONTH_SHAPES.get(year * 12 + month)
+            shape = MONTH_SHAPES.get(year * 12 + month)
             if shape is None:
-                shape = _month_shape(year, month)
+                shape = month_shape(year, month)
             days = day_masks[shape] >> day
             if not days:
                 month += 1
@@ -406,53 +347,10 @@ class CronExpression:
         runs can be closer (docs/semantics.rst, "The shortest interval").
         """
         if self._min_interval is None:
-            self._min_interval = self._compute_min_interval()
+            self._min_interval = shortest_interval(
+                self._hours, self._minutes, self._day_masks, self._month_mask
+            )
         return self._min_interval
-
-    def _compute_min_interval(self) -> dt.timedelta:
-        times = [hour * 60 + minute for hour in self._hours for minute in self._minutes]
-        within = min((b - a for a, b in itertools.pairwise(times)), default=10**9)
-        if within == 1:
-            return _ONE_MINUTE
-        day_gap = self._min_day_gap()
-        return dt.timedelta(minutes=min(within, day_gap * 1440 - (times[-1] - times[0])))
-
-    def _min_day_gap(self) -> int:
-        """Return the fewest days between two consecutive matching days.
-
-        The Gregorian calendar repeats every 400 years, weekdays included (146097 days is a
-        whole number of weeks), so one cycle plus its wrap-around covers every case.
-        """
-        never = 10**9
-        gaps: dict[int, tuple[int, int, int]] = {}
-        for shape, days in enumerate(self._day_masks):
-            if days:
-                # The smallest distance between any two matching days is the smallest between
-                # two consecutive ones.
-                closest = next((g for g in range(1, 31) if days & (days >> g)), never)
-                gaps[shape] = ((days & -days).bit_length() - 1, days.bit_length() - 1, closest)
-        best = never
-        previous: int | None = None
-        first: int | None = None
-        ordinal = dt.date(2000, 1, 1).toordinal()
-        for year in range(2000, 2400):
-            for month in range(1, 13):
-                shape = _month_shape(year, month)
-                length = shape % 4 + 28
-                if self._month_mask >> month & 1 and shape in gaps:
-                    low, high, closest = gaps[shape]
-                    best = min(best, closest)
-                    if previous is not None:
-                        best = min(best, ordinal + low - previous)
-                    else:
-                        first = ordinal + low
-                    previous = ordinal + high
-                    if best == 1:
-                        return 1
-                ordinal += length
-        assert first is not None
-        assert previous is not None
-        return min(best, first + _CYCLE_DAYS - previous)
 
     def describe(self) -> str:
         """Return the schedule in plain English, e.g. "At 03:15, Monday through Friday"."""
