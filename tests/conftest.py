@@ -9,6 +9,11 @@ import pytest
 
 UTC = dt.UTC
 
+# The one harness, in layers: declaring tasks, Task rows with their declarations for ticks
+# driven at explicit instants, a whole deployment reconciled from settings (World), and real
+# runscheduler processes (Schedulers). Its fixtures are available to every test folder.
+pytest_plugins = ["tests.harness.tasks", "tests.harness.world", "tests.harness.processes"]
+
 
 @pytest.fixture
 def posixcron(settings):

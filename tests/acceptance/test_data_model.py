@@ -9,7 +9,7 @@ from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
 from django_posixcron.models import Run, Task
-from tests.acceptance.conftest import T0, record
+from tests.harness.world import T0, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

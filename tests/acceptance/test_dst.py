@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from django_posixcron.models import Run
-from tests.acceptance.conftest import MINUTE, record
+from tests.harness.world import MINUTE, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from django.db import OperationalError, connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
-from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
-from tests.acceptance.jobs import GATES
+from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.testapp.jobs import GATES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +46,7 @@ def test_a_rich_definition_is_unchanged_after_a_restart_on_every_backend(world):
             ),
             "nested": {
                 "schedule": "0 4 * * *",
-                "callable": "tests.acceptance.jobs.takes_anything",
+                "callable": "tests.testapp.jobs.takes_anything",
                 "kwargs": {
                     "z": [1, 2.5, None, True, {"b": 2**60, "a": -0.1}],
                     "a": (1, 2),
@@ -185,7 +185,7 @@ def test_a_deleted_process_row_does_not_turn_its_running_runs_lost(world):
         {
             "held": {
                 **record("held", "0 * * * *"),
-                "callable": "tests.acceptance.jobs.wait_for_gate",
+                "callable": "tests.testapp.jobs.wait_for_gate",
             }
         }
     )

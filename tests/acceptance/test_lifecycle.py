@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_posixcron.models import Run, Task
-from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ import pytest
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
-from tests.acceptance.conftest import HOUR, MINUTE, T0, hits, record, runs, task
-from tests.acceptance.jobs import GATES
+from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.testapp.jobs import GATES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ SECOND = dt.timedelta(seconds=1)
 def job(name: str, func: str, schedule: str = "0 * * * *", **extra: Any) -> dict[str, Any]:
     return {
         "schedule": schedule,
-        "callable": f"tests.acceptance.jobs.{func}",
+        "callable": f"tests.testapp.jobs.{func}",
         "kwargs": {"task_name": name},
         "retry_delay": 300,
         **extra,
@@ -182,7 +182,7 @@ def test_any_exception_from_task_code_is_stored_and_the_scheduler_goes_on(world,
     assert expected.split(":")[0] in failed.error
     assert "Traceback (most recent call last)" in failed.traceback
     assert expected.split(":")[0] in failed.traceback
-    assert "tests/acceptance/jobs.py" in failed.traceback
+    assert "tests/testapp/jobs.py" in failed.traceback
     assert runs("fine") == [("cron", "succeeded", T0)]
     # The scheduler is alive: the retry and the next hour both fire.
     world.tick(task("boom").retry_at)

@@ -83,13 +83,13 @@ CASES = [
     ),
     ({"TASKS": {"r": good(kwargs={"colour": "red"})}}, f"{T}['r']['callable']", "'colour'", ""),
     (
-        {"TASKS": {"r": good(callable="tests.acceptance.jobs.coroutine_job")}},
+        {"TASKS": {"r": good(callable="tests.testapp.jobs.coroutine_job")}},
         f"{T}['r']['callable']",
         "coroutine_job",
         "async_to_sync",
     ),
     (
-        {"TASKS": {"r": good(callable="tests.acceptance.jobs.generator_job")}},
+        {"TASKS": {"r": good(callable="tests.testapp.jobs.generator_job")}},
         f"{T}['r']['callable']",
         "generator_job",
         "",

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
 from django_posixcron.models import SchedulerProcess, Task
-from tests.declarations.conftest import task
+from tests.harness.declaring import task
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = (

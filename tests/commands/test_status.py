@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django_posixcron.db import database_now
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import stale_after
+from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -31,19 +32,13 @@ def _settings(posixcron):
 
 
 def make_task(name: str, now: dt.datetime, **fields: Any) -> Task:
-    defaults = {
-        "schedule": "0 * * * *",
+    defaults: dict[str, Any] = {
+        "name": name,
         "callable_path": "tests.testapp.jobs.record",
-        "timezone": "UTC",
-        "retry_delay": dt.timedelta(minutes=5),
-        "definition_hash": "h",
         "next_run_at": now + dt.timedelta(minutes=30),
     }
     defaults.update(fields)
-    task = Task(name=name, **defaults)
-    task.due_at = task.compute_due_at()
-    task.save()
-    return task
+    return TaskFactory.create(**defaults)
 
 
 def make_process(

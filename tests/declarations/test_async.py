@@ -15,8 +15,8 @@ from django_posixcron.declarations import collect
 from django_posixcron.executors import ProcessExecutor, TaskCodeError, ThreadExecutor
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduler import Scheduler
-from tests.declarations.conftest import task
-from tests.scheduler.conftest import T0, Tasks
+from tests.harness.declaring import task
+from tests.harness.tasks import T0, Tasks
 from tests.testapp.models import Hit
 
 CALLABLE = "settings.POSIXCRON['TASKS']['t']['callable']"

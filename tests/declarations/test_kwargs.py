@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from django_posixcron.declarations import collect
-from tests.declarations.conftest import task
+from tests.harness.declaring import task
 
 KWARGS = "settings.POSIXCRON['TASKS']['t']['kwargs']"
 HINT = (

@@ -14,7 +14,7 @@ from django_posixcron.declarations import MAX_DELAY, collect
 from django_posixcron.management.commands.runscheduler import poll_interval
 from django_posixcron.models import Task
 from django_posixcron.reconcile import reconcile
-from tests.declarations.conftest import NOW, task
+from tests.harness.declaring import NOW, task
 
 TASK = "settings.POSIXCRON['TASKS']['t']"
 HUGE_INT = 10**400  # float(HUGE_INT) and math.isfinite(HUGE_INT) raise OverflowError

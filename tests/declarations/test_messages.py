@@ -9,7 +9,7 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy
 
 from django_posixcron.declarations import collect
-from tests.declarations.conftest import task
+from tests.harness.declaring import task
 
 DOCS = Path(__file__).parents[2] / "docs" / "settings.rst"
 

@@ -19,7 +19,7 @@ from django_posixcron.declarations import (
     collect,
     load_declarations,
 )
-from tests.declarations.conftest import task
+from tests.harness.declaring import task
 
 TASK = "settings.POSIXCRON['TASKS']['t']"
 

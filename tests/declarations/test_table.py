@@ -12,7 +12,7 @@ from django_posixcron.declarations.problems import Form, Invalid, KeyPath, probl
 from django_posixcron.declarations.table import Key, Report, Rule, Table
 from django_posixcron.declarations.task import TASK
 from django_posixcron.declarations.values import positive_int
-from tests.declarations.conftest import task
+from tests.harness.declaring import task
 
 TASK_PATH = KeyPath() / "TASKS" / "t"
 UNPRINTABLE_INT = 10**5000  # repr() raises ValueError past sys.get_int_max_str_digits()

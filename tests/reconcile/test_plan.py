@@ -7,7 +7,7 @@ import datetime as dt
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Task
 from django_posixcron.reconcile import plan
-from tests.declarations.conftest import NOW, declare, task
+from tests.harness.declaring import NOW, declare, task
 
 UTC = dt.UTC
 

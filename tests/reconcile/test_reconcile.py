@@ -12,7 +12,7 @@ from freezegun import freeze_time
 
 from django_posixcron.models import Run, Task
 from django_posixcron.reconcile import apply, plan, reconcile
-from tests.declarations.conftest import NOW, declare, task
+from tests.harness.declaring import NOW, declare, task
 
 UTC = dt.UTC
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,22 @@
-"""Callables that tests declare as tasks."""
+"""Callables that tests declare as tasks, and the test receivers of the scheduler's signals.
 
+One module for every layer: the in-process scheduler tests, the acceptance tests and the
+runscheduler processes all name their callables here (`tests.testapp.jobs.NAME`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import transaction
+
+from django_posixcron.signals import run_finished
 from tests.testapp.models import Hit
 
 
@@ -18,9 +35,7 @@ def fail() -> None:
 NOT_CALLABLE = 42
 
 
-# --- scheduler tests (H3): callables that block, or raise what task code should not raise ---
-
-import threading  # noqa: E402
+# --- callables that block, or raise what task code should not raise ---
 
 # Events a test sets to let a blocked task return; keyed so concurrent tests do not collide.
 GATES: dict[str, threading.Event] = {}
@@ -57,13 +72,6 @@ def sleep_for(seconds: float = 60.0) -> None:
 
 
 # --- async callables in disguise (E026 and the executors' run-time refusal) ---
-
-import functools  # noqa: E402
-from collections.abc import Callable, Coroutine, Iterator  # noqa: E402
-from typing import Any  # noqa: E402
-
-from asgiref.sync import async_to_sync, sync_to_async  # noqa: E402
-from django.db import transaction  # noqa: E402
 
 
 async def async_body() -> None:
@@ -134,3 +142,134 @@ def uses_multiprocessing(path: str) -> None:
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         values = pool.map(abs, [-1, -2, -3])
     Path(path).write_text(",".join(map(str, values)))
+
+
+# --- the acceptance tests: gates by task name, and what task code should not raise ---
+
+
+def wait_for_gate(task_name: str) -> None:
+    """Record a hit, then block (bounded) until the test opens this task's gate."""
+    Hit.objects.create(task_name=task_name, label="started")
+    if not gate(task_name).wait(timeout=20):
+        raise TimeoutError(f"gate {task_name!r} was never opened")
+
+
+def raise_system_exit(task_name: str) -> None:
+    Hit.objects.create(task_name=task_name)
+    raise SystemExit(2)
+
+
+def raise_keyboard_interrupt(task_name: str) -> None:
+    Hit.objects.create(task_name=task_name)
+    raise KeyboardInterrupt
+
+
+def raise_value_error(task_name: str) -> None:
+    Hit.objects.create(task_name=task_name)
+    raise ValueError(f"{task_name} broke on purpose")
+
+
+def fail_then_succeed(task_name: str) -> None:
+    """Fail on the first call for this task name, succeed afterwards."""
+    first = not Hit.objects.filter(task_name=task_name).exists()
+    Hit.objects.create(task_name=task_name, label="failed" if first else "ok")
+    if first:
+        raise RuntimeError("first call fails")
+
+
+class UnprintableError(Exception):
+    """An exception whose str() itself raises, as some library exceptions do."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+def raise_unprintable(task_name: str) -> None:
+    Hit.objects.create(task_name=task_name)
+    raise UnprintableError
+
+
+def raise_with_nul(task_name: str) -> None:
+    """Fail with a message holding a NUL byte (binary output), which PostgreSQL text refuses."""
+    Hit.objects.create(task_name=task_name)
+    raise ValueError("unexpected bytes b'\x00\x01' in response")
+
+
+async def coroutine_job(task_name: str) -> None:
+    Hit.objects.create(task_name=task_name)
+
+
+def generator_job(task_name: str):  # type: ignore[no-untyped-def]
+    Hit.objects.create(task_name=task_name)
+    yield
+
+
+def takes_anything(**kwargs: object) -> None:
+    Hit.objects.create(task_name="takes-anything")
+
+
+# --- runscheduler processes: files as gates, and receivers of run_finished ---
+
+
+def wait_for_file(
+    path: str,
+    task_name: str = "blocker",
+    timeout: float = 120.0,
+    record_end: bool = True,
+    done_path: str = "",
+) -> None:
+    """Record a start, block until `path` exists (bounded), then record the end.
+
+    With `record_end` false the end is signalled only by creating `done_path`, without the
+    database, so a test can end a run while the database is down.
+    """
+    Hit.objects.create(task_name=task_name, label="started")
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+    if done_path:
+        Path(done_path).touch()
+    if record_end:
+        Hit.objects.create(task_name=task_name, label="finished")
+
+
+def pid_then_wait(path: str, pid_file: str, task_name: str = "child") -> None:
+    """Write this process's pid to `pid_file`, record a start, block until `path` exists."""
+    import os
+
+    Path(pid_file).write_text(str(os.getpid()))
+    wait_for_file(path, task_name=task_name, timeout=60.0)
+
+
+def _slow_receiver(sender: object, run: Any, **kwargs: object) -> None:
+    """Block on a file named in the task's kwargs: a receiver slower than the stale limit."""
+    gate = run.task.kwargs.get("receiver_gate")
+    if not gate or run.status == "running":
+        return
+    Hit.objects.create(task_name=run.task.name, label="receiver-blocked")
+    deadline = time.monotonic() + 60.0
+    while not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def with_receiver_gate(receiver_gate: str, task_name: str = "slow-receiver") -> None:
+    """Record one hit; the receiver connected below blocks on `receiver_gate` afterwards."""
+    Hit.objects.create(task_name=task_name, label="ran")
+
+
+run_finished.connect(_slow_receiver, dispatch_uid="tests.testapp.jobs.slow_receiver")
+
+
+def wait_then_signal(path: str, task_name: str, record_signals: bool = True) -> None:
+    """As wait_for_file; the receiver below records each run_finished for this task."""
+    wait_for_file(path, task_name=task_name, timeout=60.0)
+
+
+def _record_signal(sender: object, run: Any, **kwargs: object) -> None:
+    if run.task.kwargs.get("record_signals"):
+        Hit.objects.create(task_name=run.task.name, label=f"signal:{run.status}")
+
+
+run_finished.connect(_record_signal, dispatch_uid="tests.testapp.jobs.record_signal")

@@ -18,7 +18,7 @@ from django.db import OperationalError, connection
 from django.db.models import Count
 
 from django_posixcron.models import Run, RunStatus, Task
-from tests.processes.conftest import Child, Schedulers, only_on, record_task, task, utcnow
+from tests.harness.processes import Child, Schedulers, only_on, record_task, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -75,7 +75,7 @@ def test_schedulers_survive_a_postgresql_restart_without_duplicates(
     # A run that starts before the outage and ends during it, touching no database on the
     # way out: its outcome must be written once the database is back, not turned into `lost`.
     spanning = task(
-        "tests.processes.jobs.wait_for_file",
+        "tests.testapp.jobs.wait_for_file",
         kwargs={
             "path": str(release),
             "task_name": "spanning",

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
-from tests.acceptance.conftest import hits
+from tests.harness.world import hits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,10 +49,8 @@ def test_once_fires_what_is_due_records_outcomes_and_exits_zero(posixcron):
     posixcron(
         {
             "ok": every_minute("ok"),
-            "exits": every_minute("exits", "tests.acceptance.jobs.raise_system_exit"),
-            "interrupts": every_minute(
-                "interrupts", "tests.acceptance.jobs.raise_keyboard_interrupt"
-            ),
+            "exits": every_minute("exits", "tests.testapp.jobs.raise_system_exit"),
+            "interrupts": every_minute("interrupts", "tests.testapp.jobs.raise_keyboard_interrupt"),
         },
         POLL_INTERVAL=1,
     )

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.processes.conftest import Schedulers, only_on, record_task, task
+from tests.harness.processes import Schedulers, only_on, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

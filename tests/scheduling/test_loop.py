@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import BACKOFF_MAX
-from tests.scheduler.conftest import T0
+from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
-from tests.processes.conftest import SLOW_CASE, Schedulers, only_on, record_task, utcnow, vendor
+from tests.harness.processes import SLOW_CASE, Schedulers, only_on, record_task, utcnow, vendor
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -1,11 +1,9 @@
-"""Helpers for the declarations, checks and reconciliation tests."""
+"""Declaring tasks: settings entries and the validated declarations they become."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
-
-import pytest
 
 from django_posixcron.declarations import TaskDeclaration, collect
 
@@ -22,8 +20,3 @@ def declare(**tasks: dict[str, Any]) -> dict[str, TaskDeclaration]:
 
 def task(schedule: str = "15 3 * * *", **options: Any) -> dict[str, Any]:
     return {"schedule": schedule, "callable": "tests.testapp.jobs.noop", **options}
-
-
-@pytest.fixture
-def now() -> dt.datetime:
-    return NOW

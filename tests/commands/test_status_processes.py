@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from django_posixcron.models import Task
-from tests.processes.conftest import Schedulers, record_task, task
+from tests.harness.processes import Schedulers, record_task, task
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

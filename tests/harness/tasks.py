@@ -1,15 +1,19 @@
-"""Fixtures for driving Scheduler.tick(now) against the real test database."""
+"""Task rows with the declarations a scheduler holds for them, for ticks at explicit instants.
+
+The rows carry the definition hash reconciling would store for those declarations, so the
+scheduler claims them exactly as it claims reconciled tasks.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.utils.module_loading import import_string
 
+from django_posixcron.cron import CronExpression
+from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Task
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.timing import first_cursor
@@ -19,35 +23,11 @@ UTC = dt.UTC
 T0 = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
 
 
-@dataclasses.dataclass
-class Declaration:
-    """Just what the scheduler reads from a declaration; stands in for H2's TaskDeclaration."""
-
-    name: str
-    schedule: str
-    callable_path: str
-    kwargs: dict[str, Any]
-    retry_delay: dt.timedelta
-    overlap: str
-    timeout: dt.timedelta | None
-    timezone: str
-
-    # Fixed at creation, so a test can swap the code behind a name without a redeploy.
-    definition_hash: str = ""
-
-    def __post_init__(self) -> None:
-        self.definition_hash = self.definition_hash or f"hash-{self.name}-{self.schedule}"
-
-    def resolve(self) -> Callable[..., Any]:
-        func: Callable[..., Any] = import_string(self.callable_path)
-        return func
-
-
 class Tasks:
     """Create Task rows and their declarations together."""
 
     def __init__(self) -> None:
-        self.declarations: dict[str, Declaration] = {}
+        self.declarations: dict[str, TaskDeclaration] = {}
 
     def __call__(
         self,
@@ -64,9 +44,9 @@ class Tasks:
         next_run_at: dt.datetime | None = None,
         **fields: Any,
     ) -> Task:
-        declaration = Declaration(
+        declaration = TaskDeclaration(
             name=name,
-            schedule=schedule,
+            schedule=str(CronExpression(schedule)),
             callable_path=callable_path,
             kwargs=kwargs if kwargs is not None else {},
             retry_delay=dt.timedelta(seconds=retry_delay),
@@ -79,7 +59,7 @@ class Tasks:
             next_run_at = first_cursor(schedule, timezone, now)
         task = Task(
             name=name,
-            schedule=schedule,
+            schedule=declaration.schedule,
             callable_path=callable_path,
             kwargs=declaration.kwargs,
             timezone=timezone,

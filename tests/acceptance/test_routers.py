@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from django_posixcron.models import Run, RunStatus, Task
-from tests.processes.conftest import Schedulers, record_task, task
+from tests.harness.processes import Schedulers, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

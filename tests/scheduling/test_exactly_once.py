@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from django_posixcron.reconcile import reconcile
 from django_posixcron.scheduler import Scheduler
-from tests.scheduler.conftest import T0
+from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,7 +24,7 @@ if "EMPTY_DB_NAME" in _config:
     DATABASES["cron"] = dict(DATABASES["default"])
     DATABASES["default"] = {**DATABASES["default"], "NAME": _config["EMPTY_DB_NAME"]}
     if _config.get("ROUTER", True):
-        DATABASE_ROUTERS = ["tests.processes.routers.CronRouter"]
+        DATABASE_ROUTERS = ["tests.testapp.routers.CronRouter"]
 
 LOGGING = {
     "version": 1,

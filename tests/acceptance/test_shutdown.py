@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
-from tests.processes.conftest import Schedulers, only_on, task, utcnow
+from tests.harness.processes import Schedulers, only_on, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -29,7 +29,7 @@ FORCED_EXIT_WITHIN = 2.5
 
 def waiter(name: str, release: Path, **extra: Any) -> dict[str, Any]:
     return task(
-        "tests.processes.jobs.wait_for_file",
+        "tests.testapp.jobs.wait_for_file",
         kwargs={"path": str(release), "task_name": name},
         **extra,
     )
@@ -62,7 +62,7 @@ def test_a_forced_exit_kills_the_process_executors_child(
     schedulers.configure(
         {
             "child": task(
-                "tests.processes.jobs.pid_then_wait",
+                "tests.testapp.jobs.pid_then_wait",
                 kwargs={"path": str(release), "pid_file": str(pid_file)},
             )
         }

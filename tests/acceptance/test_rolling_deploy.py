@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from django_posixcron.models import Run, RunStatus, Task
-from tests.processes.conftest import Schedulers, record_task, utcnow
+from tests.harness.processes import Schedulers, record_task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

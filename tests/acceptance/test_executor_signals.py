@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.processes.conftest import ROOT, Child, Schedulers, task
+from tests.harness.processes import ROOT, Child, Schedulers, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -189,7 +189,7 @@ def test_ctrl_c_in_a_terminal_lets_a_running_task_finish_within_the_grace(
     schedulers.configure(
         {
             "blocker": task(
-                "tests.processes.jobs.wait_for_file",
+                "tests.testapp.jobs.wait_for_file",
                 kwargs={"path": str(release), "task_name": "blocker"},
             )
         }

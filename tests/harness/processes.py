@@ -1,6 +1,6 @@
 """A harness that starts real `runscheduler` processes against the test database.
 
-Each process gets the settings module tests.processes.proc_settings, told through a JSON file
+Each process gets the settings module tests.harness.child_settings, told through a JSON file
 which database to use (the one pytest-django created for this session) and which tasks to
 declare. Tests run with transaction=True so what they write is committed and visible to the
 children, and what the children write is visible to the test. Waiting is always on a
@@ -159,7 +159,7 @@ class Schedulers:
         env = dict(os.environ)
         env.update(
             {
-                "DJANGO_SETTINGS_MODULE": "tests.processes.proc_settings",
+                "DJANGO_SETTINGS_MODULE": "tests.harness.child_settings",
                 "POSIXCRON_PROC_CONFIG": str(self.config_path),
                 "PYTHONPATH": os.pathsep.join(
                     [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
-from tests.processes.conftest import Schedulers, only_on, record_task, task, utcnow
+from tests.harness.processes import Schedulers, only_on, record_task, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 def blocker(release: Path, **extra: Any) -> dict[str, Any]:
     return task(
-        "tests.processes.jobs.wait_for_file",
+        "tests.testapp.jobs.wait_for_file",
         kwargs={"path": str(release), "task_name": "blocker"},
         **extra,
     )

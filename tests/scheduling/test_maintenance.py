@@ -10,7 +10,7 @@ from django.db import OperationalError
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
-from tests.scheduler.conftest import T0
+from tests.harness.tasks import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

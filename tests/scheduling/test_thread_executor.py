@@ -14,7 +14,7 @@ import pytest
 
 from django_posixcron.executors import ThreadExecutor
 from django_posixcron.models import Run, RunStatus
-from tests.scheduler.conftest import T0
+from tests.harness.tasks import T0
 from tests.testapp import jobs
 from tests.testapp.models import Hit
 

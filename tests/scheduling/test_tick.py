@@ -10,7 +10,7 @@ import pytest
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.signals import run_finished, run_started
-from tests.scheduler.conftest import T0
+from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -89,15 +89,19 @@ def test_a_failure_schedules_a_retry_that_fires_before_the_next_occurrence(tasks
 
 
 def test_a_cron_occurrence_before_the_retry_fires_first_and_consumes_it(tasks, make_scheduler):
-    task = tasks("failing", callable_path="tests.testapp.jobs.fail", retry_delay=90 * 60)
+    task = tasks(
+        "failing",
+        callable_path="tests.testapp.jobs.fail_then_succeed",
+        kwargs={"task_name": "failing"},
+        retry_delay=90 * 60,
+    )
     scheduler = make_scheduler()
     scheduler.tick(T0)
     finished(scheduler)
     task.refresh_from_db()
     assert task.retry_at > T0 + HOUR
 
-    # Switch the code to one that succeeds: the 11:00 occurrence consumes the pending retry.
-    scheduler.declarations["failing"].callable_path = "tests.testapp.jobs.record"
+    # The second call succeeds: the 11:00 occurrence consumes the pending retry.
     result = scheduler.tick(T0 + HOUR)
     assert [(r.trigger, r.scheduled_for) for r in result.started] == [(Trigger.CRON, T0 + HOUR)]
     task.refresh_from_db()

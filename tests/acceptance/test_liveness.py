@@ -10,7 +10,7 @@ import pytest
 
 from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.processes.conftest import Schedulers, only_on, record_task, task, utcnow
+from tests.harness.processes import Schedulers, only_on, record_task, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -22,14 +22,14 @@ def test_a_slow_run_finished_receiver_delays_neither_the_heartbeat_nor_claims(
     """Item 3: receivers ran on the loop thread, before the heartbeat.
 
     "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
-    the heartbeat." The receiver (tests.processes.jobs) blocks until the test releases it;
+    the heartbeat." The receiver (tests.testapp.jobs) blocks until the test releases it;
     meanwhile the process must keep beating (every second here) and start other runs.
     """
     gate = tmp_path / "receiver-gate"
     schedulers.configure(
         {
             "slow-receiver": task(
-                "tests.processes.jobs.with_receiver_gate",
+                "tests.testapp.jobs.with_receiver_gate",
                 kwargs={"receiver_gate": str(gate)},
             ),
             "other": record_task("other"),
@@ -78,7 +78,7 @@ def test_an_outcome_for_a_run_already_marked_lost_is_recorded_logged_and_signall
     schedulers.configure(
         {
             "late": task(
-                "tests.processes.jobs.wait_then_signal",
+                "tests.testapp.jobs.wait_then_signal",
                 kwargs={"path": str(release), "task_name": "late", "record_signals": True},
             )
         }

@@ -13,9 +13,10 @@ from typing import TypeVar
 
 import pytest
 
+from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.executors import ProcessExecutor, TaskCodeError
 from django_posixcron.models import Run, RunStatus
-from tests.scheduler.conftest import T0, Declaration
+from tests.harness.tasks import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,7 +109,7 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
     folders = [tmp_path / "a", tmp_path / "b"]
     for key, folder in enumerate(folders):
         folder.mkdir()
-        declaration = Declaration(
+        declaration = TaskDeclaration(
             name=f"t{key}",
             schedule="0 * * * *",
             callable_path="tests.testapp.jobs.spawn_and_sleep",
@@ -135,6 +136,6 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
     assert not any((folder / "finished").exists() for folder in folders)
 
 
-def _invoke_quietly(executor: ProcessExecutor, key: int, declaration: Declaration) -> None:
+def _invoke_quietly(executor: ProcessExecutor, key: int, declaration: TaskDeclaration) -> None:
     with contextlib.suppress(TaskCodeError):
         executor.invoke(key, declaration)
