@@ -9,7 +9,7 @@ import pytest
 
 from django_posixcron.conf import poll_interval_fault, poll_interval_or_default
 from django_posixcron.declarations import collect, too_frequent
-from django_posixcron.management.commands.runscheduler import poll_interval
+from django_posixcron.management.common import poll_interval
 from tests.harness.declaring import task
 
 HUGE_INT = 10**400  # float(HUGE_INT) raises OverflowError

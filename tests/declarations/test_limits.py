@@ -11,7 +11,7 @@ import pytest
 
 from django_posixcron.conf import get_settings
 from django_posixcron.declarations import MAX_DELAY, collect
-from django_posixcron.management.commands.runscheduler import poll_interval
+from django_posixcron.management.common import poll_interval
 from django_posixcron.models import Task
 from django_posixcron.reconcile import reconcile
 from tests.harness.declaring import NOW, task

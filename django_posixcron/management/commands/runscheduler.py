@@ -2,100 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 
-from django_posixcron.conf import (
-    MAX_POLL_INTERVAL,
-    MIN_POLL_INTERVAL,
-    get_settings,
-    poll_interval_fault,
-)
+from django_posixcron.conf import get_settings
 from django_posixcron.db import app_alias
+from django_posixcron.management.common import (
+    add_database_option,
+    check_database_support,
+    check_migrated,
+    non_negative_float,
+    poll_interval,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
-
-
-def poll_interval(value: str) -> float:
-    """Parse a number of seconds within the bounds of POSIXCRON['POLL_INTERVAL']."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    # The same bounds as the setting (posixcron.E021), for the same reasons (conf.py).
-    fault = poll_interval_fault(number)
-    if fault == "not positive":
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
-    if fault == "too large":
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_POLL_INTERVAL:g} seconds (one day), got {value!r}"
-        )
-    if fault == "too small":
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_POLL_INTERVAL:g} seconds, got {value!r}"
-        )
-    return number
-
-
-def non_negative_float(value: str) -> float:
-    """Parse a number of seconds, zero allowed."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
-    return number
-
-
-def positive_int(value: str) -> int:
-    """Parse a whole number of at least 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value!r}")
-    return number
-
-
-def check_database_support(using: str) -> str:
-    """Refuse databases without SKIP LOCKED; return a description of the database."""
-    connection = connections[using]
-    vendor = connection.vendor
-    db: Any = connection  # the vendor's attributes (mysql_version, pg_version) are not typed
-    if vendor == "mysql":
-        connection.ensure_connection()
-        version = ".".join(str(part) for part in db.mysql_version)
-        if db.mysql_is_mariadb:
-            if db.mysql_version < (10, 6):
-                raise CommandError(
-                    f"MariaDB {version} is not supported: runscheduler needs SELECT ... FOR "
-                    "UPDATE SKIP LOCKED, which MariaDB has from 10.6. Upgrade the server."
-                )
-            return f"MariaDB {version}"
-        if db.mysql_version < (8, 0, 1):
-            raise CommandError(
-                f"MySQL {version} is not supported: runscheduler needs SELECT ... FOR UPDATE "
-                "SKIP LOCKED, which MySQL has from 8.0.1. Upgrade the server."
-            )
-        return f"MySQL {version}"
-    if vendor == "postgresql":
-        connection.ensure_connection()
-        major, minor = divmod(db.pg_version, 10000)
-        return f"PostgreSQL {major}.{minor}"
-    if vendor == "sqlite":
-        import sqlite3
-
-        return f"SQLite {sqlite3.sqlite_version} (one host only)"
-    return vendor
 
 
 def checked_declarations() -> dict[str, TaskDeclaration]:
@@ -132,20 +59,6 @@ def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: flo
             f"occurrences of {', '.join(too_often)}. The frequency guard applies to it as to "
             "POSIXCRON['POLL_INTERVAL'] (posixcron.E024): use a poll interval of at most the "
             "shortest interval of every task, or schedule those tasks less often."
-        )
-
-
-def check_migrated(using: str) -> None:
-    """Refuse a database that lacks this app's migrations, naming the command to run."""
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connections[using])
-    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_posixcron"]
-    missing = [migration.name for migration, _ in executor.migration_plan(targets)]
-    if missing:
-        raise CommandError(
-            f"The database lacks django_posixcron migrations ({', '.join(missing)}): "
-            "run `manage.py migrate` first."
         )
 
 
@@ -188,13 +101,7 @@ class Command(BaseCommand):
                 "per run, which a timeout or the end of the grace period can really stop."
             ),
         )
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="The database alias of the app's tables (default: the one DATABASE_ROUTERS "
-            "choose for them, else 'default').",
-        )
+        add_database_option(parser)
         parser.add_argument(
             "--once",
             action="store_true",

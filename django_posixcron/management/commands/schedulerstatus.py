@@ -14,7 +14,8 @@ from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, database_now
-from django_posixcron.management.commands.runscheduler import (
+from django_posixcron.management.common import (
+    add_database_option,
     check_migrated,
     non_negative_float,
 )
@@ -120,13 +121,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", action="store_true", help="Print one JSON object instead of text."
         )
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="The database alias of the app's tables (default: the one DATABASE_ROUTERS "
-            "choose for them, else 'default').",
-        )
+        add_database_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         poll_interval = poll_interval_or_default()

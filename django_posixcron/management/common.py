@@ -1,0 +1,110 @@
+"""What both commands share: argument types, the --database option, the database checks."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from django.db import connections
+
+from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
+
+
+def add_database_option(parser: CommandParser) -> None:
+    """Add --database: "runscheduler --database ALIAS and schedulerstatus --database ALIAS
+    override" the alias the routers choose."""
+    parser.add_argument(
+        "--database",
+        default=None,
+        metavar="ALIAS",
+        help="The database alias of the app's tables (default: the one DATABASE_ROUTERS "
+        "choose for them, else 'default').",
+    )
+
+
+def _number(value: str, convert: type[float] | type[int], expected: str) -> Any:
+    try:
+        return convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}") from None
+
+
+def poll_interval(value: str) -> float:
+    """Parse a number of seconds within the bounds of POSIXCRON['POLL_INTERVAL']."""
+    number: float = _number(value, float, "a number of seconds")
+    # The same bounds as the setting (posixcron.E021), for the same reasons (conf.py).
+    fault = poll_interval_fault(number)
+    if fault == "not positive":
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    if fault == "too large":
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_POLL_INTERVAL:g} seconds (one day), got {value!r}"
+        )
+    if fault == "too small":
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_POLL_INTERVAL:g} seconds, got {value!r}"
+        )
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    """Parse a number of seconds, zero allowed."""
+    number: float = _number(value, float, "a number of seconds")
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """Parse a whole number of at least 1."""
+    number: int = _number(value, int, "a whole number")
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value!r}")
+    return number
+
+
+def check_database_support(using: str) -> str:
+    """Refuse databases without SKIP LOCKED; return a description of the database."""
+    connection = connections[using]
+    vendor = connection.vendor
+    db: Any = connection  # the vendor's attributes (mysql_version, pg_version) are not typed
+    if vendor == "mysql":
+        connection.ensure_connection()
+        version = ".".join(str(part) for part in db.mysql_version)
+        if db.mysql_is_mariadb:
+            if db.mysql_version < (10, 6):
+                raise CommandError(
+                    f"MariaDB {version} is not supported: runscheduler needs SELECT ... FOR "
+                    "UPDATE SKIP LOCKED, which MariaDB has from 10.6. Upgrade the server."
+                )
+            return f"MariaDB {version}"
+        if db.mysql_version < (8, 0, 1):
+            raise CommandError(
+                f"MySQL {version} is not supported: runscheduler needs SELECT ... FOR UPDATE "
+                "SKIP LOCKED, which MySQL has from 8.0.1. Upgrade the server."
+            )
+        return f"MySQL {version}"
+    if vendor == "postgresql":
+        connection.ensure_connection()
+        major, minor = divmod(db.pg_version, 10000)
+        return f"PostgreSQL {major}.{minor}"
+    if vendor == "sqlite":
+        import sqlite3
+
+        return f"SQLite {sqlite3.sqlite_version} (one host only)"
+    return vendor
+
+
+def check_migrated(using: str) -> None:
+    """Refuse a database that lacks this app's migrations, naming the command to run."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[using])
+    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_posixcron"]
+    missing = [migration.name for migration, _ in executor.migration_plan(targets)]
+    if missing:
+        raise CommandError(
+            f"The database lacks django_posixcron migrations ({', '.join(missing)}): "
+            "run `manage.py migrate` first."
+        )
