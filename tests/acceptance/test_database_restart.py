@@ -18,6 +18,7 @@ from django.db import OperationalError, connection
 from django.db.models import Count
 
 from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduling.rules import BACKOFF_MAX
 from tests.harness.processes import Child, Schedulers, only_on, record_task, task, utcnow
 from tests.testapp.models import Hit
 
@@ -125,7 +126,13 @@ def test_schedulers_survive_a_postgresql_restart_without_duplicates(
 
     assert all(child.alive() for child in schedulers.children), schedulers.outputs()
     for child in schedulers.children:
-        assert "database reachable again" in child.output(), child.output()
+        # The other scheduler may have run everything while this one still sleeps out its
+        # back-off (up to BACKOFF_MAX): wait for its own recovery line, not just the rows.
+        schedulers.wait_for(
+            lambda child=child: "database reachable again" in child.output(),
+            timeout=BACKOFF_MAX + 20,
+            what=f"{child.label} to reconnect",
+        )
     schedulers.wait_for(
         lambda: Run.objects.filter(task__name="spanning", status=RunStatus.SUCCEEDED).exists(),
         what="the outcome of the run that ended during the outage",
