@@ -129,7 +129,7 @@ def test_schedulers_survive_a_postgresql_restart_without_duplicates(
         # The other scheduler may have run everything while this one still sleeps out its
         # back-off (up to BACKOFF_MAX): wait for its own recovery line, not just the rows.
         schedulers.wait_for(
-            lambda child=child: "database reachable again" in child.output(),
+            functools.partial(reconnected, child),
             timeout=BACKOFF_MAX + 20,
             what=f"{child.label} to reconnect",
         )
@@ -145,3 +145,7 @@ def test_schedulers_survive_a_postgresql_restart_without_duplicates(
     hits = Hit.objects.filter(task_name__in=names).values_list("task_name").annotate(n=Count("id"))
     assert dict(hits) == dict.fromkeys(names, 2)
     assert set(ordinary.values_list("scheduled_for", flat=True)) == {before, after}
+
+
+def reconnected(child: Child) -> bool:
+    return "database reachable again" in child.output()
