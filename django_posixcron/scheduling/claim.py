@@ -43,6 +43,11 @@ class Claimer:
             self.mismatched.clear()
             self._recheck_at = now + MISMATCH_RECHECK
 
+    def forget_mismatches(self) -> None:
+        """Look at every task again at the next claim (after reconciling changed rows)."""
+        self.mismatched.clear()
+        self._recheck_at = None
+
     def claim(
         self, now: dt.datetime, limit: int, process: SchedulerProcess
     ) -> tuple[list[tuple[Run, TaskDeclaration]], list[Run]]:
