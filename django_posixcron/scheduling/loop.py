@@ -151,9 +151,7 @@ class Scheduler:
         self.notifier = Notifier()
         self.runs = Runs(self.executor, self.using, self.notifier)
         self.claimer = Claimer(self.declarations, self.using)
-        self.rollout = Rollout(
-            self.declarations, self.using, self.stale_after, self.heartbeat_every
-        )
+        self.rollout = Rollout(self.declarations, self.using, self.stale_after)
         self.pruner = Pruner(self.using, conf.history_days, self.now)
         self.signals = shutdown.SignalWatcher(
             functools.partial(shutdown.first_signal, self),
@@ -256,18 +254,28 @@ class Scheduler:
         if not self.heartbeat.threaded:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
-        if self.rollout.holder_gone(self.process, self.now()):
-            self.reconcile(now)
         self.claimer.refresh_mismatches(now or self.now())
-        db_now, next_due = peek(
-            self.using, self.process, self.claimer.mismatched, with_clock=not explicit
+        # Liveness is a fact about real time, even in a tick driven at another instant.
+        peeked = peek(
+            self.using,
+            self.process,
+            self.claimer.mismatched,
+            with_clock=not explicit,
+            live_since=self.now() - self.stale_after,
         )
+        db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
                 self._clock_offset = db_now - dj_timezone.now()
+        judging = self.outage.may_judge_others()
+        # After an outage every peer looks stale: judge none gone until they could beat.
+        if judging and self.rollout.peers_changed(self.process, peeked.others, self.now()):
+            self.reconcile(now)
+            # Tasks deferred until now may be due: let the claim look at once.
+            next_due = now
         result = TickResult(now=now, next_due_at=next_due)
-        if self.outage.may_judge_others():
+        if judging:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier
             )

@@ -2,19 +2,20 @@
 
 "[A process] defers that change, logs it once, and applies it as soon as no live process holds
 the other version (at once when that process stops cleanly; once its heartbeat is stale when it
-dies)." The loop asks `due()` every tick (no query); only a process with deferred changes looks
-at the live processes' sets, one small query per heartbeat interval, and reconciles again when
-a holder has gone.
+dies)." The loop's one idle query also returns a fingerprint of the live processes that declare
+another set than ours (peek()); only when it changes does a process read which sets are live
+(one small query), and only when a set it saw has gone does it reconcile again: then it applies
+what it deferred, and retires what only the gone set declared (a canary taken away).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from django_posixcron.db import database_now
 from django_posixcron.deployments import live_digests, record
 from django_posixcron.reconcile import Peers, Plan, reconcile
 
@@ -34,16 +35,16 @@ class Rollout:
         declarations: Mapping[str, TaskDeclaration],
         using: str,
         stale_after: dt.timedelta,
-        every: float,
     ) -> None:
         self.hashes = {name: d.definition_hash for name, d in declarations.items()}
         self.declarations = declarations
         self.using = using
         self.stale_after = stale_after
-        self.every = every
         self.plan: Plan | None = None
         self.logged: set[tuple[str, str, str | None]] = set()
-        self._next_check = 0.0
+        # The other sets live at our last look, and peek()'s fingerprint of them.
+        self.peer_sets: set[str] = set()
+        self.others: tuple[int, int] | None = None
 
     def record(self) -> str:
         """Store this process's declaration set; return the digest its process row names."""
@@ -54,7 +55,7 @@ class Rollout:
         return bool(self.plan and self.plan.deferred)
 
     def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
-        """Reconcile settings, deferring what live peers hold; remember what was deferred."""
+        """Reconcile settings, deferring what live peers hold; remember who was live."""
         self.plan = reconcile(
             now=now,
             declarations=self.declarations,
@@ -62,23 +63,32 @@ class Rollout:
             peers=Peers(process, self.stale_after),
             logged=self.logged,
         )
-        self._next_check = time.monotonic() + self.every
+        self.peer_sets = self._live_sets(process, database_now(self.using))
         return self.plan
 
-    def holder_gone(self, process: SchedulerProcess, now: dt.datetime) -> bool:
-        """Return whether some deferred change has no live holder left; at most every `every`.
+    def peers_changed(
+        self, process: SchedulerProcess, others: tuple[int, int], now: dt.datetime
+    ) -> bool:
+        """Return whether a declaration set live at our last look has gone since.
 
+        `others` is peek()'s fingerprint of the live processes declaring other sets. A
+        scheduler that never reconciled (driven by tick() alone) has nothing to re-check.
         `now` is the database clock's instant, which heartbeats are judged by.
         """
-        if self.plan is None or not self.plan.deferred or time.monotonic() < self._next_check:
+        if self.plan is None or others == self.others:
             return False
-        self._next_check = time.monotonic() + self.every
-        live = live_digests(self.using, now, self.stale_after, exclude=process.pk)
-        gone = [d for d in self.plan.deferred if not live.intersection(d.holder_sets)]
+        self.others = others
+        live = self._live_sets(process, now)
+        gone = self.peer_sets - live
+        self.peer_sets = live
         if gone:
             logger.info(
-                "no live process holds the stored version of %s any more; reconciling again",
-                ", ".join(d.name for d in gone[:10]) + (" ..." if len(gone) > 10 else ""),
-                extra={"action": "deferred_released"},
+                "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
+                ", ".join(sorted(d[:12] for d in gone)),
+                len(self.plan.deferred),
+                extra={"action": "declarations_gone"},
             )
         return bool(gone)
+
+    def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
+        return live_digests(self.using, now, self.stale_after) - {process.declaration_set}
