@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime as dt
 from collections.abc import Mapping
 
 from hypothesis import given, settings
@@ -55,7 +54,8 @@ def test_a_new_deploy_creates_what_is_new_and_defers_what_the_old_one_holds():
     rows = rows_of(V1)
     result = plan(V2, rows.values(), NOW, [peer("old:1", V1), peer("old:2", V1)])
     assert [c.task.name for c in result.create] == ["b"]
-    assert result.update == [] and result.retire == []
+    assert result.update == []
+    assert result.retire == []
     (deferred,) = result.deferred
     assert deferred.name == "a"
     assert deferred.stored_hash == V1["a"].definition_hash
@@ -108,7 +108,8 @@ def test_pending_changes_name_the_holders_and_the_waiting_versions():
     a, b = pending
     assert a.holders == ("old:1",)
     assert a.waiting == {V2["a"].definition_hash: ("new:1",)}
-    assert b.stored is None and b.waiting == {V2["b"].definition_hash: ("new:1",)}
+    assert b.stored is None
+    assert b.waiting == {V2["b"].definition_hash: ("new:1",)}
     assert a.describe().startswith(f"a: stored {V1['a'].definition_hash[:12]} held by old:1")
 
 
