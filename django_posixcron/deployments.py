@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone as dj_timezone
 
 from django_posixcron.models import DeclarationSet, SchedulerProcess
 
@@ -44,7 +45,9 @@ def record(using: str, hashes: Mapping[str, str]) -> str:
     """Store the set unless it is stored already; return its digest."""
     digest = digest_of(hashes)
     sets = DeclarationSet.objects.using(using)
-    if not sets.filter(digest=digest).exists():
+    # Touched when found, so that pruning (which spares sets recorded within a day) never
+    # deletes the set of a process that is registering.
+    if not sets.filter(digest=digest).update(created_at=dj_timezone.now()):
         try:
             with transaction.atomic(using=using):
                 sets.create(digest=digest, hashes=dict(hashes))
