@@ -50,12 +50,10 @@ class Rollout:
         """Store this process's declaration set; return the digest its process row names."""
         return record(self.using, self.hashes)
 
-    @property
-    def deferred(self) -> bool:
-        return bool(self.plan and self.plan.deferred)
-
     def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
         """Reconcile settings, deferring what live peers hold; remember who was live."""
+        # Looked at before reconciling: a set that goes in between is then seen to go.
+        seen = self._live_sets(process, database_now(self.using))
         self.plan = reconcile(
             now=now,
             declarations=self.declarations,
@@ -63,7 +61,7 @@ class Rollout:
             peers=Peers(process, self.stale_after),
             logged=self.logged,
         )
-        self.peer_sets = self._live_sets(process, database_now(self.using))
+        self.peer_sets, self.others = seen, None
         return self.plan
 
     def peers_changed(
@@ -77,18 +75,22 @@ class Rollout:
         """
         if self.plan is None or others == self.others:
             return False
-        self.others = others
         live = self._live_sets(process, now)
         gone = self.peer_sets - live
-        self.peer_sets = live
-        if gone:
-            logger.info(
-                "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
-                ", ".join(sorted(d[:12] for d in gone)),
-                len(self.plan.deferred),
-                extra={"action": "declarations_gone"},
-            )
-        return bool(gone)
+        if not gone:
+            self.others = others
+            self.peer_sets = live
+            return False
+        # Remembered only once the reconciliation that follows succeeds (reconcile() resets
+        # both): a tick that fails on the way looks again at the next one.
+        self.others = None
+        logger.info(
+            "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
+            ", ".join(sorted(d[:12] for d in gone)),
+            len(self.plan.deferred),
+            extra={"action": "declarations_gone"},
+        )
+        return True
 
     def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
         return live_digests(self.using, now, self.stale_after) - {process.declaration_set}
