@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.contrib import admin
@@ -156,7 +157,8 @@ class TaskAdmin(TaskStateActions):
 
     def get_list_display(self, request: HttpRequest) -> Any:
         columns = list(super().get_list_display(request))
-        pending = pending_changes_by_name()
+        # Set by changelist_view from the live processes its header lists anyway.
+        pending: dict[str, Pending] = getattr(request, "posixcron_pending", {})
         if not pending:
             # The usual case: one declaration set live, no column.
             return columns
@@ -219,9 +221,14 @@ class TaskAdmin(TaskStateActions):
         now = display.clock()
         live = SchedulerProcess.objects.live(now, display.process_stale_after())
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
+        more = len(processes) > HEADER_PROCESSES
+        # Only live processes declaring different sets can disagree: the usual page, with
+        # one set live, asks nothing more.
+        if more or len({p.declaration_set for p in processes if p.declaration_set}) > 1:
+            request.posixcron_pending = pending_changes_by_name(now)  # type: ignore[attr-defined]
         context = {
             "posixcron_processes": processes[:HEADER_PROCESSES],
-            "posixcron_more_processes": len(processes) > HEADER_PROCESSES,
+            "posixcron_more_processes": more,
             "posixcron_failing": Task.objects.failing().count(),
             "posixcron_overdue": Task.objects.overdue(now, slack=display.poll_interval()).count(),
             **(extra_context or {}),
@@ -290,7 +297,7 @@ class TaskAdmin(TaskStateActions):
         ]
 
 
-def pending_changes_by_name() -> dict[str, Pending]:
+def pending_changes_by_name(now: dt.datetime | None = None) -> dict[str, Pending]:
     """Return the definition changes live schedulers disagree on, by task name.
 
     "Several declaration sets can be live at once": during a rollout a task may be stored at
@@ -298,7 +305,7 @@ def pending_changes_by_name() -> dict[str, Pending]:
     process holds the stored one.
     """
     using = app_alias()
-    peers = live_peers(using, display.clock(), display.process_stale_after())
+    peers = live_peers(using, now or display.clock(), display.process_stale_after())
     if len(peers) < 2:
         return {}
     rows = Task.objects.using(using).values_list("name", "definition_hash", "declared")
