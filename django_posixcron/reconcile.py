@@ -226,27 +226,31 @@ def plan(
         else:
             result.update.append(change)
     for name in sorted(by_name):
-        row = by_name[name]
-        if not row.declared:
-            result.unchanged.append(row.name)
-            continue
-        holders = _holders(peers, row, wanted=None)
-        if holders:
-            result.deferred.append(_deferral(row, None, holders))
-            result.unchanged.append(row.name)
-            continue
-        task = copy.copy(row)
-        task.declared = False
-        task.updated_at = now
-        result.retire.append(
-            Change(
-                "task_retired",
-                task,
-                fields=("declared", "updated_at"),
-                details=("no longer in settings; its row and history stay and it never fires",),
-            )
-        )
+        _plan_retirement(result, by_name[name], peers)
     return result
+
+
+def _plan_retirement(result: Plan, row: Task, peers: Sequence[Peer]) -> None:
+    """Add to `result` what becomes of a row that settings no longer declare."""
+    if not row.declared:
+        result.unchanged.append(row.name)
+        return
+    holders = _holders(peers, row, wanted=None)
+    if holders:
+        result.deferred.append(_deferral(row, None, holders))
+        result.unchanged.append(row.name)
+        return
+    task = copy.copy(row)
+    task.declared = False
+    task.updated_at = result.now
+    result.retire.append(
+        Change(
+            "task_retired",
+            task,
+            fields=("declared", "updated_at"),
+            details=("no longer in settings; its row and history stay and it never fires",),
+        )
+    )
 
 
 def _holders(peers: Sequence[Peer], row: Task, wanted: str | None) -> list[Peer]:
