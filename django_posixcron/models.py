@@ -322,6 +322,10 @@ class SchedulerProcess(models.Model):
     last_heartbeat_at = models.DateTimeField(_("last heartbeat"), default=dj_timezone.now)
     stopped_at = models.DateTimeField(_("stopped"), null=True, blank=True)
     version = models.CharField(_("version"), max_length=32, blank=True)
+    # The digest of the DeclarationSet this process declares: "each scheduler records what it
+    # declares with its process row". Empty for a process that declared nothing (--once of an
+    # older version, a row written by hand).
+    declaration_set = models.CharField(_("declaration set"), max_length=64, blank=True)
 
     objects = SchedulerProcessQuerySet.as_manager()
 
@@ -339,3 +343,24 @@ class SchedulerProcess(models.Model):
     @property
     def label(self) -> str:
         return f"{self.hostname}:{self.pid}"
+
+
+class DeclarationSet(models.Model):
+    """The definition hash of every task one settings module declares, stored once.
+
+    The processes of one deploy declare the same set, so a fleet of tens of processes running
+    two versions stores two rows, whatever the number of tasks; a process names its set by
+    digest. Rows no process names any more are pruned with the process rows.
+    """
+
+    digest = models.CharField(_("digest"), max_length=64, unique=True)
+    # {task name: definition hash}
+    hashes = models.JSONField(_("definition hashes"), default=dict)
+    created_at = models.DateTimeField(_("created"), default=dj_timezone.now)
+
+    class Meta:
+        verbose_name = _("declaration set")
+        verbose_name_plural = _("declaration sets")
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} ({len(self.hashes)} tasks)"

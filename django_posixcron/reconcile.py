@@ -3,6 +3,11 @@
 "Reconcile settings into the database, in one transaction that concurrent schedulers serialise
 on: create new tasks, update changed definitions, mark removed ones declared=False; never touch
 paused or history."
+
+"A process creates what is new to the database, but never retires or rewrites a definition
+that another live scheduler declares differently: it defers that change, logs it once, and
+applies it as soon as no live process holds the other version." `plan()` decides it from the
+live peers' declarations (deployments.py), read inside the same lock.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone as dj_timezone
 
-from django_posixcron.db import app_alias
+from django_posixcron.db import app_alias, database_now
 from django_posixcron.declarations import TaskDeclaration, load_declarations
-from django_posixcron.models import Task
+from django_posixcron.deployments import Peer, live_peers
+from django_posixcron.models import SchedulerProcess, Task
 from django_posixcron.timing import first_cursor, zone
 
 logger = logging.getLogger(__name__)
@@ -72,6 +78,29 @@ class Change:
         return f"{label} {self.task.name!r}: " + "; ".join(self.details)
 
 
+@dataclasses.dataclass(frozen=True)
+class Deferred:
+    """A change this process leaves alone while live peers declare the stored version."""
+
+    name: str
+    stored_hash: str
+    wanted_hash: str | None  # None: retiring the task
+    holders: tuple[str, ...]  # labels of the live processes that hold the stored version
+    holder_sets: tuple[str, ...]  # the digests they declare
+
+    @property
+    def line(self) -> str:
+        change = (
+            "retiring it"
+            if self.wanted_hash is None
+            else f"its definition {self.stored_hash[:12]} -> {self.wanted_hash[:12]}"
+        )
+        return (
+            f"deferred task {self.name!r}: {change} waits until no live process declares the "
+            f"stored version (held by {', '.join(self.holders)})"
+        )
+
+
 @dataclasses.dataclass
 class Plan:
     """What reconciling would do: create, update (and restore), retire; the rest unchanged."""
@@ -82,6 +111,7 @@ class Plan:
     update: list[Change] = dataclasses.field(default_factory=list)
     retire: list[Change] = dataclasses.field(default_factory=list)
     unchanged: list[str] = dataclasses.field(default_factory=list)  # names
+    deferred: list[Deferred] = dataclasses.field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -116,11 +146,17 @@ class Plan:
             text = ", ".join(f"{n} {words[word]}" for word, n in counts.items())
             return f"Reconciling {len(self.declarations)} declared tasks would leave: {text}."
         text = ", ".join(f"{n} {word}" for word, n in counts.items())
+        if self.deferred:
+            text += f", {len(self.deferred)} deferred"
         return f"Reconciled {len(self.declarations)} declared tasks: {text}."
 
     def lines(self, *, pending: bool = False) -> list[str]:
-        """Return one human-readable line per change, then the summary."""
-        return [*(c.line for c in self.changes), self.summary(pending=pending)]
+        """Return one human-readable line per change and deferral, then the summary."""
+        return [
+            *(c.line for c in self.changes),
+            *(d.line for d in self.deferred),
+            self.summary(pending=pending),
+        ]
 
 
 def _iso(instant: dt.datetime | None, tz: str) -> str:
@@ -148,9 +184,16 @@ def _new_task(declaration: TaskDeclaration, now: dt.datetime) -> Task:
 
 
 def plan(
-    declarations: Mapping[str, TaskDeclaration], rows: Iterable[Task], now: dt.datetime
+    declarations: Mapping[str, TaskDeclaration],
+    rows: Iterable[Task],
+    now: dt.datetime,
+    peers: Sequence[Peer] = (),
 ) -> Plan:
-    """Return what to create, update, retire and leave alone; pure: no database access."""
+    """Return what to create, update, retire, defer and leave alone; pure: no database access.
+
+    `peers` are the other live processes and what they declare. A definition that one of them
+    declares as stored is neither rewritten nor retired here: the change is deferred.
+    """
     result = Plan(now=now, declarations=declarations)
     by_name = {row.name: row for row in rows}
     for name in sorted(declarations):
@@ -173,25 +216,66 @@ def plan(
         change = _update(row, declaration, now)
         if change is None:
             result.unchanged.append(row.name)
+            continue
+        # A retired row is restored whatever the peers declare: "a task that any live
+        # scheduler declares never stops firing".
+        holders = _holders(peers, row, wanted=declaration.definition_hash) if row.declared else []
+        if holders:
+            result.deferred.append(_deferral(row, declaration.definition_hash, holders))
+            result.unchanged.append(row.name)
         else:
             result.update.append(change)
     for name in sorted(by_name):
-        row = by_name[name]
-        if not row.declared:
-            result.unchanged.append(row.name)
-            continue
-        task = copy.copy(row)
-        task.declared = False
-        task.updated_at = now
-        result.retire.append(
-            Change(
-                "task_retired",
-                task,
-                fields=("declared", "updated_at"),
-                details=("no longer in settings; its row and history stay and it never fires",),
-            )
-        )
+        _plan_retirement(result, by_name[name], peers)
     return result
+
+
+def _plan_retirement(result: Plan, row: Task, peers: Sequence[Peer]) -> None:
+    """Add to `result` what becomes of a row that settings no longer declare."""
+    if not row.declared:
+        result.unchanged.append(row.name)
+        return
+    holders = _holders(peers, row, wanted=None)
+    if holders:
+        result.deferred.append(_deferral(row, None, holders))
+        result.unchanged.append(row.name)
+        return
+    task = copy.copy(row)
+    task.declared = False
+    task.updated_at = result.now
+    result.retire.append(
+        Change(
+            "task_retired",
+            task,
+            fields=("declared", "updated_at"),
+            details=("no longer in settings; its row and history stay and it never fires",),
+        )
+    )
+
+
+def _holders(peers: Sequence[Peer], row: Task, wanted: str | None) -> list[Peer]:
+    """Return the peers that hold the stored version against the `wanted` one.
+
+    Rewriting: the peers that declare the stored hash. Retiring (`wanted` None): the peers
+    that declare the task at all, since whatever they declare must keep firing.
+    """
+    if wanted is None:
+        return [p for p in peers if row.name in p.hashes]
+    return [
+        p
+        for p in peers
+        if p.hashes.get(row.name) == row.definition_hash and row.definition_hash != wanted
+    ]
+
+
+def _deferral(row: Task, wanted: str | None, holders: Sequence[Peer]) -> Deferred:
+    return Deferred(
+        name=row.name,
+        stored_hash=row.definition_hash,
+        wanted_hash=wanted,
+        holders=tuple(label for p in holders for label in p.labels),
+        holder_sets=tuple(p.digest for p in holders),
+    )
 
 
 def _update(row: Task, declaration: TaskDeclaration, now: dt.datetime) -> Change | None:
@@ -271,7 +355,24 @@ def _chunks(items: Sequence[Any], size: int = BATCH_SIZE) -> Iterator[Sequence[A
         yield items[start : start + size]
 
 
-def _replan(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias: str) -> Plan:
+@dataclasses.dataclass(frozen=True)
+class Peers:
+    """Which live processes reconciling must respect: all but `process`, by the stale rule."""
+
+    process: SchedulerProcess
+    stale_after: dt.timedelta
+
+    def read(self, alias: str) -> list[Peer]:
+        # Liveness by the database's clock, as the stale rule is judged everywhere.
+        return live_peers(alias, database_now(alias), self.stale_after, exclude=self.process.pk)
+
+
+def _replan(
+    declarations: Mapping[str, TaskDeclaration],
+    now: dt.datetime,
+    alias: str,
+    peers: Peers | None = None,
+) -> Plan:
     """Plan from rows read inside the lock, with the rows to update locked.
 
     Full rows are loaded only for tasks that may change: a task whose stored hash equals its
@@ -303,7 +404,9 @@ def _replan(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias
         rows.extend(tasks.select_for_update().filter(pk__in=chunk))
     settled = set(unchanged)
     pending = {name: d for name, d in declarations.items() if name not in settled}
-    result = plan(pending, rows, now)
+    # Read inside the lock: a peer that registered before taking it is seen by us, and we by
+    # any peer reconciling after us.
+    result = plan(pending, rows, now, peers.read(alias) if peers and rows else ())
     result.declarations = declarations
     result.unchanged = sorted([*unchanged, *result.unchanged])
     return result
@@ -324,7 +427,21 @@ def _write(result: Plan, alias: str) -> None:
         Task.objects.using(alias).filter(pk__in=chunk).update(declared=False, updated_at=result.now)
 
 
-def _log(result: Plan) -> None:
+def _log(result: Plan, logged: set[tuple[str, str, str | None]] | None = None) -> None:
+    for deferred in result.deferred:
+        # "It defers that change, logs it once": a process re-planning while the rollout goes
+        # on does not repeat itself.
+        key = (deferred.name, deferred.stored_hash, deferred.wanted_hash)
+        if logged is not None:
+            if key in logged:
+                continue
+            logged.add(key)
+        logger.info(
+            "task_deferred name=%s %s",
+            deferred.name,
+            deferred.line,
+            extra={"action": "task_deferred", "task": deferred.name},
+        )
     for change in result.changes:
         logger.info(
             "%s name=%s %s",
@@ -336,11 +453,17 @@ def _log(result: Plan) -> None:
     logger.info("%s", result.summary(), extra={"action": "reconciled", "counts": result.counts()})
 
 
-def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias: str) -> Plan:
+def _apply(
+    declarations: Mapping[str, TaskDeclaration],
+    now: dt.datetime,
+    alias: str,
+    peers: Peers | None = None,
+    logged: set[tuple[str, str, str | None]] | None = None,
+) -> Plan:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             with _serialised(alias):
-                result = _replan(declarations, now, alias)
+                result = _replan(declarations, now, alias, peers)
                 if not result.is_empty:
                     _write(result, alias)
         except IntegrityError:
@@ -355,7 +478,7 @@ def _apply(declarations: Mapping[str, TaskDeclaration], now: dt.datetime, alias:
                 extra={"action": "reconcile_conflict"},
             )
             continue
-        _log(result)
+        _log(result, logged)
         return result
     raise AssertionError("unreachable")
 
@@ -376,10 +499,15 @@ def reconcile(
     declarations: Mapping[str, TaskDeclaration] | None = None,
     check_only: bool = False,
     using: str | None = None,
+    peers: Peers | None = None,
+    logged: set[tuple[str, str, str | None]] | None = None,
 ) -> Plan:
     """Bring the Task table in line with settings (or only plan it when `check_only`).
 
-    `using` overrides the alias the routers choose for the app's models.
+    `using` overrides the alias the routers choose for the app's models. A scheduler passes
+    `peers` (itself and the stale rule), so that what other live processes declare defers the
+    changes that would take it from them; `logged` remembers the deferrals already logged.
+    `check_only` reports the drift against settings alone, whoever is live.
     """
     alias = app_alias(using)
     now = now or dj_timezone.now()
@@ -387,4 +515,4 @@ def reconcile(
         declarations = load_declarations()
     if check_only:
         return plan(declarations, Task.objects.using(alias).all(), now)
-    return _apply(declarations, now, alias)
+    return _apply(declarations, now, alias, peers, logged)

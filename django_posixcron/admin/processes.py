@@ -29,6 +29,7 @@ class SchedulerProcessAdmin(ProcessAdminBase):
         "started_at",
         "last_heartbeat_at",
         "stopped_at",
+        "declaration_set",
     )
     show_full_result_count = False
 

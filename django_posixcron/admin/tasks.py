@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.contrib import admin
@@ -18,6 +19,8 @@ from django_posixcron.admin import display
 from django_posixcron.admin.actions import TaskStateActions
 from django_posixcron.admin.display import badge, dash, muted, row_clock, when
 from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
+from django_posixcron.db import app_alias
+from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.timing import occurrences
 
@@ -38,6 +41,7 @@ DEFINITION_FIELDS = (
     "timeout",
     "description",
     "definition_hash",
+    "pending_change_display",
 )
 STATE_FIELDS = (
     "state_display",
@@ -146,6 +150,26 @@ class TaskAdmin(TaskStateActions):
         in_zone = display.in_zone(obj.run_requested_at, obj.timezone)
         return f"{in_zone} ({display.relative(obj.run_requested_at, row_clock(obj))})"
 
+    @admin.display(description=_("definition change pending"))
+    def pending_change_display(self, obj: Task) -> SafeString:
+        change = pending_changes_by_name().get(obj.name)
+        return dash() if change is None else pending_badge(change, long=True)
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        columns = list(super().get_list_display(request))
+        # Set by changelist_view from the live processes its header lists anyway.
+        pending: dict[str, Pending] = getattr(request, "posixcron_pending", {})
+        if not pending:
+            # The usual case: one declaration set live, no column.
+            return columns
+
+        @admin.display(description=_("deploy"))
+        def pending_column(obj: Task) -> SafeString:
+            change = pending.get(obj.name)
+            return dash() if change is None else pending_badge(change)
+
+        return [*columns, pending_column]
+
     # Permissions -----------------------------------------------------------------------
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -197,9 +221,14 @@ class TaskAdmin(TaskStateActions):
         now = display.clock()
         live = SchedulerProcess.objects.live(now, display.process_stale_after())
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
+        more = len(processes) > HEADER_PROCESSES
+        # Only live processes declaring different sets can disagree: the usual page, with
+        # one set live, asks nothing more.
+        if more or len({p.declaration_set for p in processes if p.declaration_set}) > 1:
+            request.posixcron_pending = pending_changes_by_name(now)  # type: ignore[attr-defined]
         context = {
             "posixcron_processes": processes[:HEADER_PROCESSES],
-            "posixcron_more_processes": len(processes) > HEADER_PROCESSES,
+            "posixcron_more_processes": more,
             "posixcron_failing": Task.objects.failing().count(),
             "posixcron_overdue": Task.objects.overdue(now, slack=display.poll_interval()).count(),
             **(extra_context or {}),
@@ -266,3 +295,25 @@ class TaskAdmin(TaskStateActions):
             }
             for run in obj.runs.order_by("-scheduled_for", "-id")[:RECENT_RUNS]
         ]
+
+
+def pending_changes_by_name(now: dt.datetime | None = None) -> dict[str, Pending]:
+    """Return the definition changes live schedulers disagree on, by task name.
+
+    "Several declaration sets can be live at once": during a rollout a task may be stored at
+    one version while live processes declare another; the change applies once no live
+    process holds the stored one.
+    """
+    using = app_alias()
+    peers = live_peers(using, now or display.clock(), display.process_stale_after())
+    if len(peers) < 2:
+        return {}
+    rows = Task.objects.using(using).values_list("name", "definition_hash", "declared")
+    return {change.name: change for change in pending_changes(rows, peers)}
+
+
+def pending_badge(change: Pending, *, long: bool = False) -> SafeString:
+    label = gettext("change pending")
+    if not long:
+        return format_html('<span title="{}">{}</span>', change.describe(), badge("pending", label))
+    return format_html("{} {}", badge("pending", label), change.describe())

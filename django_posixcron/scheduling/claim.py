@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Subquery
+from django.db.models import Count, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
@@ -42,6 +43,11 @@ class Claimer:
         if self._recheck_at is None or now >= self._recheck_at:
             self.mismatched.clear()
             self._recheck_at = now + MISMATCH_RECHECK
+
+    def forget_mismatches(self) -> None:
+        """Look at every task again at the next claim (after reconciling changed rows)."""
+        self.mismatched.clear()
+        self._recheck_at = None
 
     def claim(
         self, now: dt.datetime, limit: int, process: SchedulerProcess
@@ -207,25 +213,62 @@ class Claimer:
         return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Peek:
+    """What the one idle-tick read returns."""
+
+    db_now: dt.datetime | None
+    next_due: dt.datetime | None
+    # (count, sum of ids) of the live processes declaring another set than ours: it changes
+    # when one of them starts, stops or goes stale (rollout.py).
+    others: tuple[int, int]
+
+
 def peek(
-    using: str, process: SchedulerProcess, mismatched: Mapping[int, str], *, with_clock: bool
-) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """Return (database clock, earliest due_at among tasks this process may claim) at once."""
+    using: str,
+    process: SchedulerProcess,
+    mismatched: Mapping[int, str],
+    *,
+    with_clock: bool,
+    live_since: dt.datetime,
+) -> Peek:
+    """Return the database clock, the earliest due_at this process may claim, and who else
+    is live with another declaration set, in one query.
+
+    `live_since` is the oldest heartbeat that still counts as live.
+    """
     earliest_due = (
         Task.objects.using(using).active().filter(due_at__isnull=False).order_by("due_at")
     )
     if mismatched:
         earliest_due = earliest_due.exclude(pk__in=list(mismatched))
+    others = (
+        SchedulerProcess.objects.using(using)
+        .filter(stopped_at__isnull=True, last_heartbeat_at__gte=live_since)
+        .exclude(declaration_set__in=["", process.declaration_set])
+        .order_by()
+        .annotate(group=Value(1))
+        .values("group")
+    )
     query = (
         SchedulerProcess.objects.using(using)
         .filter(pk=process.pk)
-        .annotate(next_due=Subquery(earliest_due.values("due_at")[:1]))
+        .annotate(
+            next_due=Subquery(earliest_due.values("due_at")[:1]),
+            others_count=Subquery(others.annotate(n=Count("pk")).values("n")),
+            others_sum=Subquery(others.annotate(s=Sum("pk")).values("s")),
+        )
     )
-    fields = ["next_due"]
+    fields = ["next_due", "others_count", "others_sum"]
     if with_clock and has_clock(using):
         query = query.annotate(db_now=DatabaseNow())
         fields.append("db_now")
     rows = list(query.values(*fields)[:1])
     if not rows:
-        return None, None
-    return rows[0].get("db_now"), rows[0]["next_due"]
+        return Peek(None, None, (0, 0))
+    row = rows[0]
+    return Peek(
+        row.get("db_now"),
+        row["next_due"],
+        (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
+    )

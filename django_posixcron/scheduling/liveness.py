@@ -25,14 +25,15 @@ from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcom
 logger = logging.getLogger("django_posixcron.scheduler.liveness")
 
 
-def register(using: str, now: dt.datetime) -> SchedulerProcess:
-    """Insert this process's row (host, pid) with its first heartbeat."""
+def register(using: str, now: dt.datetime, declaration_set: str = "") -> SchedulerProcess:
+    """Insert this process's row (host, pid, what it declares) with its first heartbeat."""
     return SchedulerProcess.objects.using(using).create(
         hostname=socket.gethostname()[:255],
         pid=os.getpid(),
         started_at=now,
         last_heartbeat_at=now,
         version=__version__,
+        declaration_set=declaration_set,
     )
 
 

@@ -34,9 +34,11 @@ from django_posixcron.scheduling.claim import Claimer, peek
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
 from django_posixcron.scheduling.outcomes import Notifier, log_finished
+from django_posixcron.scheduling.rollout import Rollout
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
+    from django_posixcron.reconcile import Plan
 
 logger = logging.getLogger("django_posixcron.scheduler")
 _T = TypeVar("_T")
@@ -149,6 +151,7 @@ class Scheduler:
         self.notifier = Notifier()
         self.runs = Runs(self.executor, self.using, self.notifier)
         self.claimer = Claimer(self.declarations, self.using)
+        self.rollout = Rollout(self.declarations, self.using, self.stale_after)
         self.pruner = Pruner(self.using, conf.history_days, self.now)
         self.signals = shutdown.SignalWatcher(
             functools.partial(shutdown.first_signal, self),
@@ -188,8 +191,10 @@ class Scheduler:
                 "ahead" if offset > dt.timedelta(0) else "behind",
                 extra={"action": "clock_skew"},
             )
+        # The set first: a peer that sees our row can read what we declare.
+        digest = self.rollout.record()
         now = self.now()
-        self.process = liveness.register(self.using, now)
+        self.process = liveness.register(self.using, now, digest)
         self.heartbeat = liveness.Heartbeat(
             self.using, self.process, self.heartbeat_every, self.runs.pks
         )
@@ -204,6 +209,20 @@ class Scheduler:
             self.poll_interval,
             extra={"action": "scheduler_started"},
         )
+
+    def reconcile(self, now: dt.datetime | None = None) -> Plan:
+        """Reconcile settings into the database as this registered process; return the plan.
+
+        Registered first, so that every process reconciling after us defers to what we
+        declare, and we to what the live ones declare.
+        """
+        if self.process is None:
+            self.start()
+        assert self.process is not None
+        result = self.rollout.reconcile(self.process, now or self.now())
+        # Definitions may now match ours: look at every due task again at once.
+        self.claimer.forget_mismatches()
+        return result
 
     def request_stop(self) -> None:
         """Stop claiming; `run()` then waits for running tasks and returns."""
@@ -236,15 +255,27 @@ class Scheduler:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
-        db_now, next_due = peek(
-            self.using, self.process, self.claimer.mismatched, with_clock=not explicit
+        # Liveness is a fact about real time, even in a tick driven at another instant.
+        peeked = peek(
+            self.using,
+            self.process,
+            self.claimer.mismatched,
+            with_clock=not explicit,
+            live_since=self.now() - self.stale_after,
         )
+        db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
                 self._clock_offset = db_now - dj_timezone.now()
+        judging = self.outage.may_judge_others()
+        # After an outage every peer looks stale: judge none gone until they could beat.
+        if judging and self.rollout.peers_changed(self.process, peeked.others, self.now()):
+            self.reconcile(now)
+            # Tasks deferred until now may be due: let the claim look at once.
+            next_due = now
         result = TickResult(now=now, next_due_at=next_due)
-        if self.outage.may_judge_others():
+        if judging:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier
             )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.db.models import Q
 
-from django_posixcron.models import Run, SchedulerProcess
+from django_posixcron.models import DeclarationSet, Run, SchedulerProcess
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.maintenance")
@@ -102,4 +102,10 @@ class Pruner:
                 gone.isoformat(),
                 extra={"action": "processes_pruned"},
             )
+            # A declaration set no process row names any more is history nobody reads; one
+            # a process registers with later is stored again.
+            named = processes.values("declaration_set")
+            DeclarationSet.objects.using(self.using).filter(created_at__lt=gone).exclude(
+                digest__in=named
+            ).delete()
         return len(ids)

@@ -199,8 +199,11 @@ def test_ctrl_c_in_a_terminal_lets_a_running_task_finish_within_the_grace(
     )
     schedulers.children.append(child)
     schedulers.wait_for(
-        lambda: SchedulerProcess.objects.filter(pid=child.pid).exists(),
-        what="the scheduler to register",
+        lambda: (
+            SchedulerProcess.objects.filter(pid=child.pid).exists()
+            and Task.objects.filter(name="blocker").exists()
+        ),
+        what="the scheduler to register and reconcile",
     )
     Task.objects.get(name="blocker").request_run()
     schedulers.wait_for(

@@ -164,6 +164,35 @@ def test_json_output_for_machines(now):
     assert document["failing"][0]["last_run_status"] == "failed"
 
 
+def test_deferred_changes_name_their_holders_and_stay_healthy(now):
+    from django_posixcron.deployments import record
+
+    steady = make_task("steady", now)
+    canary_only = make_task("canary-only", now)
+    fleet = {"steady": steady.definition_hash}
+    canary = {**fleet, "canary-only": canary_only.definition_hash}
+    make_process(now, pid=1, declaration_set=record("default", fleet))
+    make_process(now, pid=2, declaration_set=record("default", canary))
+    code, out = status("--json")
+    assert code == 0, out
+    host = socket.gethostname()
+    # The fleet would retire the canary's task: it waits while the canary is live.
+    assert json.loads(out)["deferred"] == [
+        {
+            "name": "canary-only",
+            "stored_hash": canary_only.definition_hash,
+            "held_by": [f"{host}:2"],
+            "waiting": [{"hash": None, "declared_by": [f"{host}:1"]}],
+        }
+    ]
+    code, out = status()
+    assert "Deferred definition changes: 1 (a rollout in progress)" in out
+    assert (
+        f"  deferred  canary-only: stored {canary_only.definition_hash[:12]} held by {host}:2; "
+        f"waiting: not declared by {host}:1"
+    ) in out
+
+
 @pytest.mark.parametrize("value", ["-1", "soon", "inf"])
 def test_max_lag_is_validated(value):
     with pytest.raises(CommandError, match=r"max.lag"):

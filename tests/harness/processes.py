@@ -180,12 +180,19 @@ class Schedulers:
         return child
 
     def start_live(self, count: int = 1, *args: str) -> list[Child]:
-        """Start `count` schedulers and wait until each has registered its heartbeat."""
+        """Start `count` schedulers; wait until each has registered and reconciled settings.
+
+        A scheduler registers before it reconciles (so that concurrent ones see each other),
+        and prints its start-up summary once it has reconciled.
+        """
         children = [self.start(*args) for _ in range(count)]
         pids = {c.pid for c in children}
         self.wait_for(
-            lambda: pids <= set(SchedulerProcess.objects.values_list("pid", flat=True)),
-            what=f"{count} scheduler(s) to register",
+            lambda: (
+                pids <= set(SchedulerProcess.objects.values_list("pid", flat=True))
+                and all("django-posixcron scheduler " in c.output() for c in children)
+            ),
+            what=f"{count} scheduler(s) to register and reconcile",
         )
         return children
 

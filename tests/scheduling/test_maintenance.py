@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from django_posixcron.models import DeclarationSet, Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
 from tests.harness.tasks import T0
 
@@ -75,6 +75,25 @@ def test_rows_of_processes_gone_for_a_day_are_pruned_once_no_run_names_them(task
     assert stopped.pk not in left
     assert dead.pk not in left
     assert {named.pk, recent.pk, scheduler.process.pk} <= left
+
+
+def test_declaration_sets_no_process_names_are_pruned_with_the_process_rows(tasks, make_scheduler):
+    tasks("t")
+    scheduler = make_scheduler()
+    scheduler.start()
+    now = scheduler.now()
+    old = now - 2 * DAY
+    DeclarationSet.objects.filter(digest=scheduler.process.declaration_set).update(created_at=old)
+    gone = DeclarationSet.objects.create(digest="gone", hashes={"t": "x"}, created_at=old)
+    fresh = DeclarationSet.objects.create(digest="fresh", hashes={"t": "y"}, created_at=now)
+    SchedulerProcess.objects.create(
+        hostname="killed", pid=2, started_at=old, last_heartbeat_at=old, declaration_set="gone"
+    )
+    scheduler.pruner.prune(now)
+    left = set(DeclarationSet.objects.values_list("digest", flat=True))
+    # Ours is named by a live row, however old; the fresh one may be a process registering.
+    assert left == {scheduler.process.declaration_set, fresh.digest}
+    assert gone.digest not in left
 
 
 def test_after_an_outage_no_runs_are_presumed_lost_until_others_could_heartbeat(

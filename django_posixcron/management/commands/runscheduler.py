@@ -158,11 +158,13 @@ class Command(BaseCommand):
         def prepare() -> str:
             database = check_database_support(using)
             check_migrated(using)
-            # "Now" for the first-start rule is the database's clock, as for every due time.
-            scheduler.measure_clock()
-            # Each change, and the summary, is logged by reconcile itself.
-            reconcile(now=scheduler.now(), declarations=scheduler.declarations, using=using)
-            scheduler.start()
+            # Registered (with what it declares) before reconciling, so that concurrent
+            # schedulers see each other; "now" for the first-start rule is the database's
+            # clock (start() measures it), as for every due time. Each change, deferral and
+            # the summary are logged by reconcile itself.
+            if scheduler.process is None:  # a retry after an outage registers only once
+                scheduler.start()
+            scheduler.reconcile()
             return database
 
         if options["once"]:

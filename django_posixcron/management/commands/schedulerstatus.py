@@ -14,6 +14,7 @@ from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, database_now
+from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
     check_migrated,
@@ -36,6 +37,8 @@ class Status:
     paused: int
     active: int
     problems: list[str]
+    # Definition changes live processes disagree on (a rollout in progress); not a problem.
+    pending: list[Pending] = dataclasses.field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -69,9 +72,15 @@ def collect(
         problems.append(f"{len(overdue)} overdue task(s)")
     if failing and not ignore_failing:
         problems.append(f"{len(failing)} failing task(s)")
+    pending: list[Pending] = []
+    if len({p.declaration_set for p in live}) > 1:
+        # Only when live processes declare different sets: the common case reads no task.
+        rows = tasks.values_list("name", "definition_hash", "declared")
+        pending = pending_changes(rows, live_peers(using, now, stale))
     return Status(
         now=now,
         live=live,
+        pending=pending,
         overdue=overdue,
         failing=failing,
         paused=tasks.paused().count(),
@@ -175,6 +184,10 @@ class Command(BaseCommand):
                 f"  failing  {task.name}  last run {label} "
                 f"{_ago(now, task.last_run_finished_at)}{retry}"
             )
+        if status.pending:
+            write(f"Deferred definition changes: {len(status.pending)} (a rollout in progress)")
+            for change in status.pending:
+                write(f"  deferred  {change.describe()}")
         if status.healthy:
             write(self.style.SUCCESS("OK"))
 
@@ -208,5 +221,17 @@ class Command(BaseCommand):
                     "retry_at": iso(t.retry_at),
                 }
                 for t in status.failing
+            ],
+            "deferred": [
+                {
+                    "name": change.name,
+                    "stored_hash": change.stored,
+                    "held_by": list(change.holders),
+                    "waiting": [
+                        {"hash": version, "declared_by": list(labels)}
+                        for version, labels in change.waiting.items()
+                    ],
+                }
+                for change in status.pending
             ],
         }

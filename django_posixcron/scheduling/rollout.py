@@ -1,0 +1,96 @@
+"""Deferred definition changes: recorded at start-up, applied once no live process holds them.
+
+"[A process] defers that change, logs it once, and applies it as soon as no live process holds
+the other version (at once when that process stops cleanly; once its heartbeat is stale when it
+dies)." The loop's one idle query also returns a fingerprint of the live processes that declare
+another set than ours (peek()); only when it changes does a process read which sets are live
+(one small query), and only when a set it saw has gone does it reconcile again: then it applies
+what it deferred, and retires what only the gone set declared (a canary taken away).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from django_posixcron.db import database_now
+from django_posixcron.deployments import live_digests, record
+from django_posixcron.reconcile import Peers, Plan, reconcile
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
+    from django_posixcron.models import SchedulerProcess
+
+# Under the documented "django_posixcron.scheduler" logger, one child per part.
+logger = logging.getLogger("django_posixcron.scheduler.rollout")
+
+
+class Rollout:
+    """This process's declaration set and the changes it defers to live peers."""
+
+    def __init__(
+        self,
+        declarations: Mapping[str, TaskDeclaration],
+        using: str,
+        stale_after: dt.timedelta,
+    ) -> None:
+        self.hashes = {name: d.definition_hash for name, d in declarations.items()}
+        self.declarations = declarations
+        self.using = using
+        self.stale_after = stale_after
+        self.plan: Plan | None = None
+        self.logged: set[tuple[str, str, str | None]] = set()
+        # The other sets live at our last look, and peek()'s fingerprint of them.
+        self.peer_sets: set[str] = set()
+        self.others: tuple[int, int] | None = None
+
+    def record(self) -> str:
+        """Store this process's declaration set; return the digest its process row names."""
+        return record(self.using, self.hashes)
+
+    def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
+        """Reconcile settings, deferring what live peers hold; remember who was live."""
+        # Looked at before reconciling: a set that goes in between is then seen to go.
+        seen = self._live_sets(process, database_now(self.using))
+        self.plan = reconcile(
+            now=now,
+            declarations=self.declarations,
+            using=self.using,
+            peers=Peers(process, self.stale_after),
+            logged=self.logged,
+        )
+        self.peer_sets, self.others = seen, None
+        return self.plan
+
+    def peers_changed(
+        self, process: SchedulerProcess, others: tuple[int, int], now: dt.datetime
+    ) -> bool:
+        """Return whether a declaration set live at our last look has gone since.
+
+        `others` is peek()'s fingerprint of the live processes declaring other sets. A
+        scheduler that never reconciled (driven by tick() alone) has nothing to re-check.
+        `now` is the database clock's instant, which heartbeats are judged by.
+        """
+        if self.plan is None or others == self.others:
+            return False
+        live = self._live_sets(process, now)
+        gone = self.peer_sets - live
+        if not gone:
+            self.others = others
+            self.peer_sets = live
+            return False
+        # Remembered only once the reconciliation that follows succeeds (reconcile() resets
+        # both): a tick that fails on the way looks again at the next one.
+        self.others = None
+        logger.info(
+            "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
+            ", ".join(sorted(d[:12] for d in gone)),
+            len(self.plan.deferred),
+            extra={"action": "declarations_gone"},
+        )
+        return True
+
+    def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
+        return live_digests(self.using, now, self.stale_after) - {process.declaration_set}
