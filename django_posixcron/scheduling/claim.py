@@ -13,7 +13,7 @@ from django.db.models import Subquery
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import rules
-from django_posixcron.scheduling.outcomes import update_many
+from django_posixcron.scheduling.bulk import update_many
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
