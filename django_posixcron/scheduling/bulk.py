@@ -125,3 +125,110 @@ def _update_each(
     )
     with connection.cursor() as cursor:
         cursor.executemany(sql, [[*row[1:], row[0]] for row in params])
+
+
+def can_insert_new(using: str) -> bool:
+    """Whether insert_new() can run here: INSERT ... ON CONFLICT DO NOTHING RETURNING."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return True
+    return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+
+
+def insert_new(objs: Sequence[Model], key: str, using: str) -> list[Model]:
+    """Insert `objs` in one statement, skipping any a unique constraint refuses; return those
+    inserted, their primary keys set.
+
+    Which were inserted is read from the returned (pk, `key`) pairs, so `key` (a column such
+    as the run's task) must be distinct within `objs`. PostgreSQL and SQLite 3.35+ only (see
+    can_insert_new()); the conflicting rows cost nothing, no savepoint is needed.
+    """
+    if not objs:
+        return []
+    meta: Any = type(objs[0])._meta
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
+    assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"
+    fields: list[Any] = [f for f in meta.concrete_fields if not f.primary_key]
+    rows = [
+        [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields] for obj in objs
+    ]
+    head = "INSERT INTO {} ({})".format(
+        quote(meta.db_table), ", ".join(quote(f.column) for f in fields)
+    )
+    tail = (
+        f" ON CONFLICT DO NOTHING RETURNING {quote(meta.pk.column)}, "
+        f"{quote(meta.get_field(key).column)}"
+    )
+    returned = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start : start + CHUNK]
+            if connection.vendor == "postgresql":
+                # One array per column, as in update_many: a statement of constant text.
+                arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+                sql = f"{head} SELECT * FROM unnest({arrays}){tail}"
+                params = [list(column) for column in zip(*chunk, strict=True)]
+            else:
+                row = "({})".format(", ".join(["%s"] * len(fields)))
+                sql, params = f"{head} VALUES {', '.join([row] * len(chunk))}{tail}", _flat(chunk)
+            cursor.execute(sql, params)
+            returned.extend(cursor.fetchall())
+    inserted = []
+    for pk, key_value in returned:
+        obj = by_key[key_value]
+        obj.pk = pk
+        obj._state.adding, obj._state.db = False, using
+        inserted.append(obj)
+    return inserted
+
+
+def can_compare_and_set(using: str) -> bool:
+    """Whether compare_and_set() can run here (SQLite 3.35+: UPDATE ... FROM ... RETURNING)."""
+    connection = connections[using]
+    return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+
+
+def compare_and_set(
+    model: type[Model],
+    guard: str,
+    fields: list[str],
+    rows: Sequence[tuple[Any, ...]],
+    using: str,
+) -> set[Any]:
+    """Set `fields` of the rows whose `guard` still holds the value read; return their pks.
+
+    Each row is (pk, the guard's value as read, *values). One statement per chunk: where
+    another writer moved the guard meanwhile, the row is left alone and its pk not returned.
+    """
+    if not rows:
+        return set()
+    connection = connections[using]
+    meta: Any = model._meta
+    quote = connection.ops.quote_name
+    guard_field = meta.get_field(guard)
+    columns: list[Any] = [meta.pk, guard_field, *(meta.get_field(name) for name in fields)]
+    params = [
+        [f.get_db_prep_save(v, connection) for f, v in zip(columns, row, strict=True)]
+        for row in rows
+    ]
+    table = quote(meta.db_table)
+    names = [f"column{i + 1}" for i in range(len(columns))]
+    sets = ", ".join(
+        f"{quote(f.column)} = v.{name}" for f, name in zip(columns[2:], names[2:], strict=True)
+    )
+    moved: set[Any] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(params), CHUNK):
+            chunk = params[start : start + CHUNK]
+            row = "({})".format(", ".join(["%s"] * len(columns)))
+            cursor.execute(
+                f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) AS v "
+                f"WHERE {table}.{quote(meta.pk.column)} = v.column1 "
+                f"AND {table}.{quote(guard_field.column)} IS v.column2 "
+                f"RETURNING {table}.{quote(meta.pk.column)}",
+                _flat(chunk),
+            )
+            moved.update(pk for (pk,) in cursor.fetchall())
+    return moved
