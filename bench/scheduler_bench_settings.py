@@ -8,7 +8,9 @@ from tests.settings import DATABASES
 # Its own scratch database, so it never collides with the test suite or another benchmark.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, so the runscheduler processes share it.
-    DATABASES["default"]["TEST"] = {"NAME": "/tmp/test_bench_scheduler.sqlite3"}
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("BENCH_SQLITE_FILE", "/tmp/test_bench_scheduler.sqlite3")
+    }
 else:
     # test_<name of the URL's database>: two benches on one server need two names.
     DATABASES["default"].setdefault("TEST", {})["NAME"] = (
