@@ -290,7 +290,10 @@ class Scheduler:
         with self._serving():
             while not self.stopping:
                 self._wake.clear()
-                wake_in = self._safe_tick()
+                started = time.monotonic()
+                # wake_in counts from the tick's instant, not from its end: "a run starts
+                # within milliseconds of its occurrence", not the tick's duration after it.
+                wake_in = self._safe_tick() - (time.monotonic() - started)
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)
 
