@@ -29,7 +29,7 @@ def update_many(
     """Set `fields` of many rows (pk first in each row) in one statement per chunk.
 
     PostgreSQL and SQLite: ``UPDATE t SET f = v.f FROM (VALUES ...) v WHERE t.pk = v.pk``;
-    MariaDB/MySQL: ``UPDATE t JOIN (SELECT ... UNION ALL SELECT ...) v ON ... SET ...``.
+    MariaDB/MySQL: ``UPDATE t SET f = CASE pk WHEN ... END WHERE pk IN (...)``.
     Values go through each field's own preparation, so every backend gets its types.
     """
     if not rows:
@@ -98,18 +98,23 @@ def _sqlite(
 def _mysql(
     model: type[Model], columns: list[Any], params: list[list[Any]], connection: Any
 ) -> tuple[str, list[Any]]:
+    """``UPDATE t SET f = CASE pk WHEN ... END, ... WHERE pk IN (...)``.
+
+    Not a join with the values as a derived table: InnoDB may then scan the table and lock
+    every row it reads (another scheduler's claimed tasks, a run the admin is deleting), where
+    ``pk IN`` locks only the rows written.
+    """
     quote = connection.ops.quote_name
-    table = quote(model._meta.db_table)
-    names = [f"c{i}" for i in range(len(columns))]
-    first = "SELECT {}".format(", ".join(f"%s AS {name}" for name in names))
-    rest = " UNION ALL SELECT {}".format(", ".join(["%s"] * len(columns)))
-    sets = ", ".join(
-        f"{table}.{quote(field.column)} = v.{name}"
-        for field, name in zip(columns[1:], names[1:], strict=True)
-    )
-    rows = first + rest * (len(params) - 1)
-    sql = f"UPDATE {table} JOIN ({rows}) AS v ON {table}.{quote(columns[0].column)} = v.c0"
-    return f"{sql} SET {sets}", _flat(params)
+    pk = quote(columns[0].column)
+    whens = " ".join(["WHEN %s THEN %s"] * len(params))
+    sets = ", ".join(f"{quote(field.column)} = CASE {pk} {whens} END" for field in columns[1:])
+    values: list[Any] = []
+    for i in range(1, len(columns)):
+        for row in params:
+            values += (row[0], row[i])
+    in_list = ", ".join(["%s"] * len(params))
+    sql = f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {pk} IN ({in_list})"
+    return sql, values + [row[0] for row in params]
 
 
 def _update_each(
