@@ -1,7 +1,7 @@
 """Scheduler benchmarks on PostgreSQL, MariaDB or SQLite: idle tick, latency, throughput, memory.
 
-Run from the repository root (a scratch database test_NAME is created and dropped, NAME from the URL;
-on SQLite the file /tmp/test_bench_scheduler.sqlite3):
+Run from the repository root (a scratch database test_NAME is created and dropped, NAME
+from the URL; on SQLite the file /tmp/test_bench_scheduler.sqlite3 or $BENCH_SQLITE_FILE):
 
     .venv/bin/python bench/scheduler_bench.py --database postgres://postgres@127.0.0.1:5432/bench
     .venv/bin/python bench/scheduler_bench.py --database mysql://root@127.0.0.1:3306/bench
