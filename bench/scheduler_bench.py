@@ -1,8 +1,11 @@
-"""Scheduler benchmarks on PostgreSQL: idle tick, fire latency, throughput, memory.
+"""Scheduler benchmarks on PostgreSQL, MariaDB or SQLite: idle tick, latency, throughput, memory.
 
-Run from the repository root (a scratch database test_bench_scheduler is created and dropped):
+Run from the repository root (a scratch database test_NAME is created and dropped, NAME
+from the URL; on SQLite the file /tmp/test_bench_scheduler.sqlite3 or $BENCH_SQLITE_FILE):
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/scheduler_bench.py
+    .venv/bin/python bench/scheduler_bench.py --database postgres://postgres@127.0.0.1:5432/bench
+    .venv/bin/python bench/scheduler_bench.py --database mysql://root@127.0.0.1:3306/bench
+    .venv/bin/python bench/scheduler_bench.py --database sqlite:// --json /tmp/sqlite.json
 
 What it measures, with 10,000 declared tasks (plus 120 latency probes) in the database:
 
@@ -15,7 +18,11 @@ What it measures, with 10,000 declared tasks (plus 120 latency probes) in the da
   compared in the same run with a raw claim loop (psycopg, batch 100, FOR UPDATE SKIP LOCKED,
   insert run + advance cursor), 1 and 2 processes;
 - memory: RSS of a `runscheduler` process idle with 10,000 tasks, and its peak (VmHWM) after
-  the throughput run.
+  the throughput run;
+- start-up (`--scenarios startup`): collecting the declarations from settings, the first and
+  an unchanged reconcile, and how long a `runscheduler` process takes to be ready.
+
+`--json PATH` writes every figure (each round, and the medians) for charts and comparisons.
 
 Targets (issue 5): p99 <= 50 ms; >= 50% of the raw rate; 2 processes >= 1.5x one; RSS <= 100 MB.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import multiprocessing
 import os
 import signal
@@ -76,12 +84,13 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: fl
 
 
 def db_now() -> dt.datetime:
-    from django.db import connection
+    from django.utils import timezone
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT STATEMENT_TIMESTAMP()")
-        value: dt.datetime = cursor.fetchone()[0]
-    return value.astimezone(dt.UTC)
+    from django_posixcron.db import database_now, has_clock
+
+    if has_clock("default"):
+        return database_now("default").astimezone(dt.UTC)
+    return timezone.now()
 
 
 def reset(*, truncate_runs: bool = True) -> None:
@@ -89,17 +98,28 @@ def reset(*, truncate_runs: bool = True) -> None:
     from django.db import connection
     from django.db.models import F
 
-    from django_posixcron.models import SchedulerProcess, Task
+    from django_posixcron.models import Run, SchedulerProcess, Task
+    from tests.testapp.models import Hit
 
+    vendor = connection.vendor
     with connection.cursor() as cursor:
-        if truncate_runs:
+        if truncate_runs and vendor == "postgresql":
             cursor.execute("TRUNCATE django_posixcron_run, testapp_hit")
+        elif truncate_runs:
+            cursor.execute(f"DELETE FROM {Run._meta.db_table}")
+            cursor.execute(f"DELETE FROM {Hit._meta.db_table}")
     SchedulerProcess.objects.all().delete()
     Task.objects.update(
         run_requested_at=None, retry_at=None, due_at=F("next_run_at"), last_run_status=""
     )
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE django_posixcron_task")
+        if vendor == "postgresql":
+            cursor.execute("VACUUM ANALYZE django_posixcron_task")
+        elif vendor == "mysql":
+            cursor.execute("ANALYZE TABLE django_posixcron_task")
+            cursor.fetchall()
+        else:
+            cursor.execute("ANALYZE")
 
 
 class Children:
@@ -263,40 +283,90 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
     }
 
 
-def _raw_worker(dsn: str, ready: Any, go: Any, counts: Any, index: int) -> None:
-    import psycopg
+RAW_SELECT = (
+    "SELECT id, due_at FROM django_posixcron_task "
+    "WHERE due_at <= {now} AND NOT paused AND declared "
+    "ORDER BY due_at LIMIT {limit}{lock}"
+)
+RAW_INSERT = (
+    "INSERT INTO django_posixcron_run (task_id, `trigger`, status, scheduled_for,"
+    " started_at, error, traceback, process_label)"
+    " VALUES ({p}, 'manual', 'succeeded', {p}, {now}, '', '', 'raw')"
+)
+RAW_ADVANCE = (
+    "UPDATE django_posixcron_task SET run_requested_at = NULL, due_at = next_run_at "
+    "WHERE id IN ({ids})"
+)
 
+
+def _raw_connect(db: dict[str, Any]) -> Any:
+    """A DB-API connection in autocommit mode, and the SQL spelling of "now" and params."""
+    if db["ENGINE"].endswith("postgresql"):
+        import psycopg
+
+        conn = psycopg.connect(
+            host=db["HOST"] or "127.0.0.1",
+            port=db["PORT"] or 5432,
+            user=db["USER"],
+            dbname=db["NAME"],
+            password=db["PASSWORD"] or None,
+            autocommit=True,
+        )
+        return conn, "now()", "%s", " FOR UPDATE SKIP LOCKED"
+    if db["ENGINE"].endswith("mysql"):
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=db["HOST"] or "127.0.0.1",
+            port=int(db["PORT"] or 3306),
+            user=db["USER"],
+            password=db["PASSWORD"] or "",
+            database=db["NAME"],
+            autocommit=True,
+        )
+        return conn, "NOW(6)", "%s", " FOR UPDATE SKIP LOCKED"
+    import sqlite3
+
+    conn = sqlite3.connect(db["TEST"]["NAME"], isolation_level=None, timeout=20)
+    # Django stores SQLite datetimes as ISO text; the lock is BEGIN IMMEDIATE's.
+    return conn, "strftime('%Y-%m-%d %H:%M:%f', 'now')", "?", ""
+
+
+def _raw_worker(db: dict[str, Any], ready: Any, go: Any, counts: Any, index: int) -> None:
+    """The claim protocol alone, in plain SQL: select a locked batch, insert runs, advance."""
+    conn, now, p, lock = _raw_connect(db)
+    sqlite = p == "?"
+    select = RAW_SELECT.format(now=now, limit=RAW_BATCH, lock=lock)
+    insert = RAW_INSERT.format(p=p, now=now)
+    if not db["ENGINE"].endswith("mysql"):
+        insert = insert.replace("`trigger`", "trigger")
     claimed = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ready.release()
-        go.wait()
-        while True:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute(
-                    "SELECT id, due_at FROM django_posixcron_task "
-                    "WHERE due_at <= now() AND NOT paused AND declared "
-                    "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                    (RAW_BATCH,),
-                )
-                rows = cur.fetchall()
-                if not rows:
-                    break
-                cur.executemany(
-                    "INSERT INTO django_posixcron_run (task_id, trigger, status, scheduled_for,"
-                    " started_at, error, traceback, process_label)"
-                    " VALUES (%s, 'manual', 'succeeded', %s, now(), '', '', 'raw')",
-                    rows,
-                )
-                cur.execute(
-                    "UPDATE django_posixcron_task SET run_requested_at = NULL, "
-                    "due_at = next_run_at WHERE id = ANY(%s)",
-                    ([r[0] for r in rows],),
-                )
-            claimed += len(rows)
+    ready.release()
+    go.wait()
+    cur = conn.cursor()
+    while True:
+        cur.execute("BEGIN IMMEDIATE" if sqlite else "BEGIN")
+        try:
+            cur.execute(select)
+            rows = cur.fetchall()
+            if rows:
+                cur.executemany(insert, rows)
+                cur.execute(RAW_ADVANCE.format(ids=", ".join(str(r[0]) for r in rows)))
+        except Exception as exc:
+            # InnoDB may pick this transaction as a deadlock victim: do the batch again.
+            if "Deadlock" not in str(exc):
+                raise
+            cur.execute("ROLLBACK")
+            continue
+        cur.execute("COMMIT")
+        if not rows:
+            break
+        claimed += len(rows)
+    conn.close()
     counts[index] = claimed
 
 
-def raw_loop(dsn: str, processes: int, tasks: int) -> dict[str, float]:
+def raw_loop(db: dict[str, Any], processes: int, tasks: int) -> dict[str, float]:
     from django_posixcron.models import Task
 
     reset()
@@ -305,7 +375,7 @@ def raw_loop(dsn: str, processes: int, tasks: int) -> dict[str, float]:
     ready, go = ctx.Semaphore(0), ctx.Event()
     counts = ctx.Array("i", processes)
     workers = [
-        ctx.Process(target=_raw_worker, args=(dsn, ready, go, counts, i)) for i in range(processes)
+        ctx.Process(target=_raw_worker, args=(db, ready, go, counts, i)) for i in range(processes)
     ]
     for worker in workers:
         worker.start()
@@ -315,17 +385,138 @@ def raw_loop(dsn: str, processes: int, tasks: int) -> dict[str, float]:
     go.set()
     for worker in workers:
         worker.join()
+        if worker.exitcode:
+            raise SystemExit(f"a raw claim worker failed (exit status {worker.exitcode})")
     elapsed = time.perf_counter() - start
     claimed = [counts[i] for i in range(processes)]
     assert sum(claimed) == tasks, claimed
     return {"rate": tasks / elapsed}
 
 
+def startup(children: Children, tasks: int) -> dict[str, float]:
+    """Collect the declarations, reconcile first and unchanged, start a process until ready."""
+    from django_posixcron.declarations import load_declarations
+    from django_posixcron.models import Task
+    from django_posixcron.reconcile import reconcile
+
+    Task.objects.all().delete()
+    start = time.perf_counter()
+    declarations = load_declarations()
+    collect = time.perf_counter() - start
+    start = time.perf_counter()
+    reconcile(declarations=declarations)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    reconcile(declarations=declarations)
+    unchanged = time.perf_counter() - start
+    reset()
+    start = time.perf_counter()
+    (proc,) = children.start(1)
+    ready = time.perf_counter() - start
+    idle = rss_kib(proc.pid)
+    peak = rss_kib(proc.pid, "VmHWM")
+    children.stop()
+    return {
+        "tasks": tasks,
+        "collect_s": collect,
+        "reconcile_first_s": first,
+        "reconcile_unchanged_s": unchanged,
+        "process_ready_s": ready,
+        "idle_rss_mib": idle / 1024,
+        "startup_peak_rss_mib": peak / 1024,
+    }
+
+
+def rounds(children: Children, db: dict[str, Any], args: argparse.Namespace) -> list[Any]:
+    runs: list[dict[str, dict[str, float]]] = []
+    for repeat in range(args.repeat):
+        print(f"-- round {repeat + 1} of {args.repeat}")
+        round_: dict[str, dict[str, float]] = {}
+        if "latency" in args.scenarios:
+            lat = round_["lat"] = latency(children, args.probes, args.spacing)
+            print(
+                f"fire latency over {lat['n']:.0f} firings: p50 {lat['p50_ms']:.1f} ms, "
+                f"p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms, "
+                f"min {lat['min_ms']:.1f} ms; idle RSS {lat['idle_rss_mib']:.0f} MiB"
+            )
+        if "throughput" in args.scenarios:
+            raw1 = round_["raw1"] = raw_loop(db, 1, args.tasks)
+            raw2 = round_["raw2"] = raw_loop(db, 2, args.tasks)
+            one = round_["one"] = throughput(children, 1, args.tasks)
+            two = round_["two"] = throughput(children, 2, args.tasks)
+            print(f"raw loop: 1 process {raw1['rate']:.0f}/s, 2 processes {raw2['rate']:.0f}/s")
+            for label, result, raw in (("1 process", one, raw1), ("2 processes", two, raw2)):
+                print(
+                    f"scheduler, {label}: claimed {result['claim_rate']:.0f}/s "
+                    f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
+                    f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}); "
+                    f"RSS idle {result['idle_rss_mib']:.0f} MiB, "
+                    f"peak {result['peak_rss_mib']:.0f} MiB"
+                )
+        runs.append(round_)
+    return runs
+
+
+def medians(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """The median of every figure over the rounds, with its spread (max - min) as the noise."""
+    out: dict[str, dict[str, float]] = {}
+    for scenario in runs[0] if runs else ():
+        out[scenario] = {}
+        for key in runs[0][scenario]:
+            values = [r[scenario][key] for r in runs]
+            out[scenario][key] = statistics.median(values)
+            out[scenario][key + "_spread"] = max(values) - min(values)
+    if "one" in out:
+        one, two = out["one"], out["two"]
+        raw1, raw2 = out["raw1"]["rate"], out["raw2"]["rate"]
+        out["ratios"] = {
+            "one_of_raw": one["done_rate"] / raw1,
+            "two_of_raw": two["done_rate"] / raw2,
+            "two_vs_one": two["done_rate"] / one["done_rate"],
+            "raw_two_vs_one": raw2 / raw1,
+        }
+    return out
+
+
+def report(med: dict[str, dict[str, float]], repeat: int, tasks: int) -> None:
+    print(f"== medians over {repeat} rounds (spread = max - min)")
+    if "lat" in med:
+        lat = med["lat"]
+        print(
+            f"fire latency: p50 {lat['p50_ms']:.1f} ms (spread {lat['p50_ms_spread']:.1f}), "
+            f"p99 {lat['p99_ms']:.1f} ms (spread {lat['p99_ms_spread']:.1f}), "
+            f"max {lat['max_ms']:.1f} ms; idle RSS {lat['idle_rss_mib']:.0f} MiB"
+        )
+    if "ratios" in med:
+        r = med["ratios"]
+        for label, key, raw in (("1 process", "one", "raw1"), ("2 processes", "two", "raw2")):
+            print(
+                f"throughput, {label}: scheduler {med[key]['done_rate']:.0f}/s "
+                f"(spread {med[key]['done_rate_spread']:.0f}), raw {med[raw]['rate']:.0f}/s "
+                f"(spread {med[raw]['rate_spread']:.0f}); "
+                f"{med[key]['done_rate'] / med[raw]['rate']:.0%}"
+            )
+        print(f"2 processes vs 1: scheduler {r['two_vs_one']:.2f}x, raw {r['raw_two_vs_one']:.2f}x")
+        print(
+            f"RSS with {tasks} tasks: idle {med['one']['idle_rss_mib']:.0f} MiB, peak "
+            f"{med['one']['peak_rss_mib']:.0f} MiB"
+        )
+
+
 # -- main ------------------------------------------------------------------------------------
 
+SCENARIOS = ("idle", "latency", "throughput", "startup")
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="database URL (postgres://, mysql://, sqlite://); default: $DATABASE_URL",
+    )
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--probes", type=int, default=120)
     parser.add_argument("--spacing", type=float, default=0.1, help="seconds between probes")
@@ -338,8 +529,23 @@ def main() -> None:
     )
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of latency + throughput")
+    parser.add_argument(
+        "--scenarios",
+        default="idle,latency,throughput",
+        help=f"comma-separated, of {', '.join(SCENARIOS)}",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON here")
     args = parser.parse_args()
+    args.scenarios = set(args.scenarios.split(","))
+    if args.scenarios - set(SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(args.scenarios - set(SCENARIOS)))}")
+    if args.database:
+        os.environ["DATABASE_URL"] = args.database
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     sys.path.insert(0, str(ROOT))
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     os.environ["BENCH_NOOP_TASKS"] = str(args.tasks)
@@ -354,77 +560,49 @@ def main() -> None:
 
     from django_posixcron.reconcile import reconcile
 
-    if connection.vendor != "postgresql":
-        raise SystemExit("the scheduler benchmark runs on PostgreSQL: set DATABASE_URL")
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    db = connection.settings_dict
-    dsn = (
-        f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} "
-        f"user={db['USER']} dbname={db['NAME']}"
-        + (f" password={db['PASSWORD']}" if db["PASSWORD"] else "")
-    )
+    db = dict(connection.settings_dict)
     children = Children(db["NAME"], args.concurrency)
+    results: dict[str, Any] = {
+        "vendor": connection.vendor,
+        "tasks": args.tasks,
+        "repeat": args.repeat,
+        "concurrency": args.concurrency,
+        "load_average": os.getloadavg(),
+    }
+    print(f"{connection.vendor}, {args.tasks} tasks")
     try:
-        start = time.perf_counter()
-        reconcile()
-        print(f"reconciled {args.tasks + args.probes} tasks in {time.perf_counter() - start:.2f} s")
-
-        tick = idle_tick(args.ticks)
-        print(
-            f"idle tick: median {tick['median_ms']:.2f} ms, p99 {tick['p99_ms']:.2f} ms, "
-            f"{tick['queries']:.0f} queries"
-        )
-        runs: list[dict[str, dict[str, float]]] = []
-        for repeat in range(args.repeat):
-            print(f"-- round {repeat + 1} of {args.repeat}")
-            lat = latency(children, args.probes, args.spacing)
+        if "startup" in args.scenarios:
+            results["startup"] = up = startup(children, args.tasks)
             print(
-                f"fire latency over {lat['n']:.0f} firings: p50 {lat['p50_ms']:.1f} ms, "
-                f"p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms, "
-                f"min {lat['min_ms']:.1f} ms; idle RSS {lat['idle_rss_mib']:.0f} MiB"
+                f"start-up: collect {up['collect_s']:.2f} s, reconcile first "
+                f"{up['reconcile_first_s']:.2f} s, unchanged {up['reconcile_unchanged_s']:.2f} s; "
+                f"process ready {up['process_ready_s']:.2f} s, idle RSS "
+                f"{up['idle_rss_mib']:.0f} MiB (peak {up['startup_peak_rss_mib']:.0f} MiB)"
             )
-            raw1 = raw_loop(dsn, 1, args.tasks)
-            raw2 = raw_loop(dsn, 2, args.tasks)
-            one = throughput(children, 1, args.tasks)
-            two = throughput(children, 2, args.tasks)
-            print(f"raw loop: 1 process {raw1['rate']:.0f}/s, 2 processes {raw2['rate']:.0f}/s")
-            for label, result, raw in (("1 process", one, raw1), ("2 processes", two, raw2)):
-                print(
-                    f"scheduler, {label}: claimed {result['claim_rate']:.0f}/s "
-                    f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
-                    f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}); "
-                    f"RSS idle {result['idle_rss_mib']:.0f} MiB, "
-                    f"peak {result['peak_rss_mib']:.0f} MiB"
-                )
-            runs.append({"lat": lat, "raw1": raw1, "raw2": raw2, "one": one, "two": two})
-
-        def med(scenario: str, key: str) -> float:
-            return statistics.median(r[scenario][key] for r in runs)
-
-        print(f"== medians over {args.repeat} rounds")
-        print(
-            f"fire latency: p50 {med('lat', 'p50_ms'):.1f} ms, p99 {med('lat', 'p99_ms'):.1f} ms,"
-            f" max {med('lat', 'max_ms'):.1f} ms"
-        )
-        print(
-            f"throughput, 1 process: scheduler {med('one', 'done_rate'):.0f}/s, raw "
-            f"{med('raw1', 'rate'):.0f}/s ({med('one', 'done_rate') / med('raw1', 'rate'):.0%})"
-        )
-        print(
-            f"throughput, 2 processes: scheduler {med('two', 'done_rate'):.0f}/s, raw "
-            f"{med('raw2', 'rate'):.0f}/s ({med('two', 'done_rate') / med('raw2', 'rate'):.0%})"
-        )
-        print(
-            f"2 processes vs 1: scheduler {med('two', 'done_rate') / med('one', 'done_rate'):.2f}x,"
-            f" raw {med('raw2', 'rate') / med('raw1', 'rate'):.2f}x"
-        )
-        print(
-            f"RSS with {args.tasks} tasks: idle {med('lat', 'idle_rss_mib'):.0f} MiB, peak "
-            f"{max(r['one']['peak_rss_mib'] for r in runs):.0f} MiB"
-        )
+        else:
+            start = time.perf_counter()
+            reconcile()
+            print(
+                f"reconciled {args.tasks + args.probes} tasks "
+                f"in {time.perf_counter() - start:.2f} s"
+            )
+        if "idle" in args.scenarios:
+            results["idle"] = tick = idle_tick(args.ticks)
+            print(
+                f"idle tick: median {tick['median_ms']:.2f} ms, p99 {tick['p99_ms']:.2f} ms, "
+                f"{tick['queries']:.0f} queries"
+            )
+        if args.scenarios & {"latency", "throughput"}:
+            results["rounds"] = runs = rounds(children, db, args)
+            results["medians"] = med = medians(runs)
+            report(med, args.repeat, args.tasks)
     finally:
         children.stop()
         connection.creation.destroy_test_db(old_name, verbosity=0)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"figures written to {args.json}")
 
 
 if __name__ == "__main__":

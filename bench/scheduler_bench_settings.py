@@ -6,7 +6,16 @@ from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES
 
 # Its own scratch database, so it never collides with the test suite or another benchmark.
-DATABASES["default"]["TEST"] = {"NAME": "test_bench_scheduler"}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, so the runscheduler processes share it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("BENCH_SQLITE_FILE", "/tmp/test_bench_scheduler.sqlite3")
+    }
+else:
+    # test_<name of the URL's database>: two benches on one server need two names.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = (
+        f"test_{DATABASES['default']['NAME'] or 'bench_scheduler'}"
+    )
 if os.environ.get("BENCH_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["BENCH_DB_NAME"]
 
@@ -17,7 +26,7 @@ POSIXCRON = {
     "TASKS": {
         **{
             # Yearly: never due on its own; the benchmark makes tasks due with run requests.
-            f"noop-{i:05d}": {
+            f"noop-{i:06d}": {
                 "schedule": "0 0 1 1 *",
                 "callable": "tests.testapp.jobs.noop",
                 "retry_delay": 300,

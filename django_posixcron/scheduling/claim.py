@@ -13,8 +13,7 @@ from django.db.models import Count, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
-from django_posixcron.scheduling import rules
-from django_posixcron.scheduling.outcomes import update_many
+from django_posixcron.scheduling import bulk, rules
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -150,7 +149,7 @@ class Claimer:
                 setattr(task, field, value)
         # The rows are locked by this transaction, so no compare-and-set is needed.
         fields = list(planned[0][2])
-        update_many(
+        bulk.update_many(
             Task,
             fields,
             [(task.pk, *(changes[f] for f in fields)) for task, _, changes, _ in planned],
@@ -159,6 +158,8 @@ class Claimer:
         pending = [(run, declaration) for _, declaration, _, run in planned if run is not None]
         if not pending:
             return []
+        if bulk.can_insert_new(self.using):
+            return self.insert_new(pending)
         if connections[self.using].features.can_return_rows_from_bulk_insert:
             try:
                 with transaction.atomic(using=self.using):
@@ -176,13 +177,28 @@ class Claimer:
         On SQLite select_for_update is a no-op: a second scheduler that already moved this
         task's cursor makes the conditional UPDATE match no row, and nothing fires here.
         """
-        inserted = []
-        for task, declaration, changes, run in planned:
-            original = task.due_at
-            moved = (
-                Task.objects.using(self.using).filter(pk=task.pk, due_at=original).update(**changes)
+        if not planned:
+            return []
+        if bulk.can_compare_and_set(self.using):
+            fields = list(planned[0][2])
+            moved = bulk.compare_and_set(
+                Task,
+                "due_at",
+                fields,
+                [(t.pk, t.due_at, *(changes[f] for f in fields)) for t, _, changes, _ in planned],
+                self.using,
             )
-            if not moved:
+        else:
+            moved = {
+                task.pk
+                for task, _, changes, _ in planned
+                if Task.objects.using(self.using)
+                .filter(pk=task.pk, due_at=task.due_at)
+                .update(**changes)
+            }
+        pending = []
+        for task, declaration, changes, run in planned:
+            if task.pk not in moved:
                 logger.info(
                     "task %s was claimed by another scheduler first",
                     task.name,
@@ -191,26 +207,42 @@ class Claimer:
                 continue
             for field, value in changes.items():
                 setattr(task, field, value)
-            if run is not None and self.insert(run):
-                inserted.append((run, declaration))
-        return inserted
+            if run is not None:
+                pending.append((run, declaration))
+        if bulk.can_insert_new(self.using):
+            return self.insert_new(pending)
+        return [(run, d) for run, d in pending if self.insert(run)]
+
+    def insert_new(
+        self, pending: list[tuple[Run, TaskDeclaration]]
+    ) -> list[tuple[Run, TaskDeclaration]]:
+        """Insert the runs in one statement; the ones a unique conflict refused fired elsewhere."""
+        inserted = {id(run) for run in bulk.insert_new([r for r, _ in pending], "task", self.using)}
+        for run, _ in pending:
+            if id(run) not in inserted:
+                self.already_fired(run)
+        return [(run, d) for run, d in pending if id(run) in inserted]
 
     def insert(self, run: Run) -> bool:
         try:
             with transaction.atomic(using=self.using):
                 run.save(force_insert=True, using=self.using)
         except IntegrityError:
-            # "A unique-constraint conflict means another process already fired that
-            # occurrence"; the cursor still moves on with this transaction.
-            logger.info(
-                "task %s %s occurrence %s already fired elsewhere",
-                run.task.name,
-                run.trigger,
-                run.scheduled_for.isoformat(),
-                extra={"action": "already_fired"},
-            )
+            self.already_fired(run)
             return False
         return True
+
+    @staticmethod
+    def already_fired(run: Run) -> None:
+        # "A unique-constraint conflict means another process already fired that
+        # occurrence"; the cursor still moves on with this transaction.
+        logger.info(
+            "task %s %s occurrence %s already fired elsewhere",
+            run.task.name,
+            run.trigger,
+            run.scheduled_for.isoformat(),
+            extra={"action": "already_fired"},
+        )
 
 
 @dataclasses.dataclass(frozen=True)

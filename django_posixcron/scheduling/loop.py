@@ -319,11 +319,17 @@ class Scheduler:
     def run(self) -> None:
         """Tick until asked to stop, then wait for running tasks and return."""
         with self._serving():
+            slept = float("inf")
             while not self.stopping:
                 self._wake.clear()
-                wake_in = self._safe_tick()
+                started = time.monotonic()
+                # wake_in counts from the tick's instant, not from its end: "a run starts
+                # within milliseconds of its occurrence", not the tick's duration after it.
+                wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
+                wake_in -= time.monotonic() - started
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)
+                slept = time.monotonic() - started
 
     def run_once(self) -> TickResult:
         """Tick once, wait for the runs it started, record their outcomes, stop."""
@@ -353,9 +359,13 @@ class Scheduler:
                 # This thread's connection would otherwise outlive the loop it served.
                 connections.close_all()
 
-    def _safe_tick(self) -> float:
+    def _safe_tick(self, *, recycle: bool = True) -> float:
         try:
-            close_old_connections()
+            if recycle:
+                # Between bursts only: with CONN_MAX_AGE = 0 (Django's default) this closes
+                # the connection, and reconnecting in every tick of a burst of claims, or
+                # at a due instant the loop woke for, cost more than the claim itself.
+                close_old_connections()
             if self.process is None:
                 self.start()
             result = self.tick()

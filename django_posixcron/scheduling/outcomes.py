@@ -10,10 +10,10 @@ import threading
 from typing import Any
 
 from django.db import close_old_connections, connections, transaction
-from django.db.models import Model
 
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
+from django_posixcron.scheduling.bulk import update_many
 from django_posixcron.signals import run_finished
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
@@ -255,36 +255,3 @@ def _record_task_outcomes(
         list(touched.values()),
         using,
     )
-
-
-def update_many(
-    model: type[Model], fields: list[str], rows: list[tuple[Any, ...]], using: str
-) -> None:
-    """Run one parameterised UPDATE ... WHERE pk = %s for many rows (pk first in each row).
-
-    The ORM's bulk_update builds a CASE expression per field and row, which costs more
-    Python time than the round trips it saves; executemany pipelines plain statements.
-    Values go through each field's own preparation, so every backend gets its types.
-    """
-    if not rows:
-        return
-    connection = connections[using]
-    meta = model._meta
-    quote = connection.ops.quote_name
-    columns: list[Any] = [meta.get_field(name) for name in fields]
-    pk_column: str = meta.pk.column  # type: ignore[assignment]
-    sql = "UPDATE {} SET {} WHERE {} = %s".format(
-        quote(meta.db_table),
-        ", ".join(f"{quote(field.column)} = %s" for field in columns),
-        quote(pk_column),
-    )
-    params = [
-        [
-            field.get_db_prep_save(value, connection)
-            for field, value in zip(columns, values, strict=True)
-        ]
-        + [pk]
-        for pk, *values in rows
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)

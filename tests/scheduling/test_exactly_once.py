@@ -52,6 +52,25 @@ def test_an_occurrence_already_recorded_is_not_fired_again(tasks, make_scheduler
     assert task.next_run_at == T0 + HOUR  # the cursor still moved on
 
 
+def test_in_a_batch_only_the_occurrence_already_recorded_is_left_out(tasks, make_scheduler):
+    first, fired, last = (tasks(name, next_run_at=T0) for name in ("first", "fired", "last"))
+    Run.objects.create(
+        task=fired, trigger=Trigger.CRON, status=RunStatus.SUCCEEDED, scheduled_for=T0
+    )
+    scheduler = make_scheduler()
+
+    result = scheduler.tick(T0)
+    assert scheduler.wait_idle(10)
+
+    assert sorted(run.task_id for run in result.claimed) == sorted([first.pk, last.pk])
+    assert all(run.pk is not None for run in result.claimed)
+    assert Run.objects.filter(task=fired).count() == 1
+    assert set(
+        Run.objects.filter(pk__in=[r.pk for r in result.claimed]).values_list("status", flat=True)
+    ) == {RunStatus.SUCCEEDED}
+    assert Hit.objects.count() == 2
+
+
 def test_the_compare_and_set_refuses_a_stale_claim(tasks, make_scheduler):
     task = tasks(next_run_at=T0)
     scheduler = make_scheduler()

@@ -1,0 +1,100 @@
+"""Draw the scheduler bench's figures as an SVG chart, from the JSON files it wrote.
+
+    python bench/chart.py docs/images/scheduler-bench.svg before=/tmp/pg-before.json \
+        after=/tmp/pg-after.json
+
+Two panels, one group of bars per labelled file: throughput as a share of the raw claim loop
+measured in the same run (1 and 2 processes), and fire latency (p50, p99). Plain SVG, so the
+benchmark needs nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+WIDTH, PANEL_H, BAR_W, GAP = 1000, 240, 26, 20
+COLOURS = ("#4c72b0", "#dd8452")
+
+
+def bars(
+    x0: int, title: str, unit: str, groups: list[tuple[str, list[tuple[str, float]]]]
+) -> list[str]:
+    """One panel: a group of bars per file, each bar labelled with its value."""
+    top = max((v for _, values in groups for _, v in values), default=1.0) or 1.0
+    out = [f'<text x="{x0}" y="20" font-weight="bold">{title}</text>']
+    x = x0
+    for label, values in groups:
+        for i, (name, value) in enumerate(values):
+            h = value / top * (PANEL_H - 80)
+            y = PANEL_H - 36 - h
+            out.append(
+                f'<rect x="{x}" y="{y:.1f}" width="{BAR_W}" height="{h:.1f}" '
+                f'fill="{COLOURS[i % 2]}"><title>{label} {name}</title></rect>'
+            )
+            out.append(
+                f'<text x="{x + BAR_W / 2}" y="{y - 4:.1f}" font-size="10" '
+                f'text-anchor="middle">{value:.0f}{unit}</text>'
+            )
+            x += BAR_W
+        # One word a line under the group: "MariaDB" over "after" fits a group's width.
+        centre = x - len(values) * BAR_W / 2
+        lines = "".join(
+            f'<tspan x="{centre}" dy="{0 if i == 0 else 12}">{word}</tspan>'
+            for i, word in enumerate(label.split())
+        )
+        out.append(
+            f'<text x="{centre}" y="{PANEL_H - 20}" font-size="11" '
+            f'text-anchor="middle">{lines}</text>'
+        )
+        x += GAP
+    legend = [name for name, _ in groups[0][1]] if groups else []
+    for i, name in enumerate(legend):
+        lx = x0 + 270 + i * 95  # beside the title, above the tallest bar's label
+        out.append(
+            f'<rect x="{lx}" y="11" width="10" height="10" fill="{COLOURS[i % 2]}"/>'
+            f'<text x="{lx + 14}" y="20" font-size="11">{name}</text>'
+        )
+    return out
+
+
+def chart(files: list[tuple[str, dict[str, Any]]]) -> str:
+    throughput, latency = [], []
+    for label, data in files:
+        med = data["medians"]
+        ratios = med.get("ratios")
+        if ratios:
+            throughput.append(
+                (
+                    label,
+                    [
+                        ("1 process", ratios["one_of_raw"] * 100),
+                        ("2 processes", ratios["two_of_raw"] * 100),
+                    ],
+                )
+            )
+        if "lat" in med:
+            latency.append((label, [("p50", med["lat"]["p50_ms"]), ("p99", med["lat"]["p99_ms"])]))
+    body = bars(10, "Throughput, % of the raw claim loop", "%", throughput)
+    body += bars(WIDTH // 2 + 10, "Fire latency, ms", "", latency)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{PANEL_H}" '
+        'font-family="sans-serif" font-size="12">'
+        f'<rect width="{WIDTH}" height="{PANEL_H}" fill="white"/>' + "".join(body) + "</svg>\n"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    files = []
+    for arg in sys.argv[2:]:
+        label, _, path = arg.rpartition("=")
+        files.append((label or Path(path).stem, json.loads(Path(path).read_text())))
+    Path(sys.argv[1]).write_text(chart(files))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Set-based writes of the claim and the outcomes: one statement for a batch of rows.
+
+DESIGN section 8: "The claim path is set-based (a batch is claimed, inserted and advanced in
+a few statements, not one per task)". What each row becomes is decided elsewhere (the pure
+rules); this module only writes the answers, each statement naming only the fields it is
+given, so a concurrent pause from the admin (another field) is never overwritten.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import Field, Model
+
+# Rows per statement: SQLite before 3.32 allows 999 parameters per statement; the largest
+# batch the scheduler writes (200 outcomes, six values each) stays one statement elsewhere.
+CHUNK = 500
+
+# UPDATE ... FROM arrived in SQLite 3.33; an older library gets the per-row statements.
+SQLITE_UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33)
+
+
+def update_many(
+    model: type[Model], fields: list[str], rows: Sequence[tuple[Any, ...]], using: str
+) -> None:
+    """Set `fields` of many rows (pk first in each row) in one statement per chunk.
+
+    PostgreSQL and SQLite: ``UPDATE t SET f = v.f FROM (VALUES ...) v WHERE t.pk = v.pk``;
+    MariaDB/MySQL: ``UPDATE t SET f = CASE pk WHEN ... END WHERE pk IN (...)``.
+    Values go through each field's own preparation, so every backend gets its types.
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    columns: list[Any] = [model._meta.pk, *(model._meta.get_field(name) for name in fields)]
+    params = [
+        [field.get_db_prep_save(v, connection) for field, v in zip(columns, row, strict=True)]
+        for row in rows
+    ]
+    vendor = connection.vendor
+    if vendor == "sqlite" and not SQLITE_UPDATE_FROM:
+        _update_each(model, columns, params, using)
+        return
+    build = {"postgresql": _postgresql, "mysql": _mysql}.get(vendor, _sqlite)
+    with connection.cursor() as cursor:
+        for start in range(0, len(params), CHUNK):
+            cursor.execute(*build(model, columns, params[start : start + CHUNK], connection))
+
+
+def _flat(rows: list[list[Any]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+def _assignments(columns: list[Field[Any, Any]], quote: Any, source: list[str]) -> str:
+    return ", ".join(
+        f"{quote(field.column)} = v.{name}"
+        for field, name in zip(columns[1:], source[1:], strict=True)
+    )
+
+
+def _postgresql(
+    model: type[Model], columns: list[Any], params: list[list[Any]], connection: Any
+) -> tuple[str, list[Any]]:
+    """``UPDATE ... FROM unnest(arrays)``: one array per column, so the statement's text is
+    the same for every batch (the driver caches its parsing) and its size does not grow with
+    the batch; each array is cast to its column's type, NULLs included."""
+    quote = connection.ops.quote_name
+    names = [f"c{i}" for i in range(len(columns))]
+    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
+    sql = (
+        f"UPDATE {quote(model._meta.db_table)} SET {_assignments(columns, quote, names)} "
+        f"FROM unnest({arrays}) AS v ({', '.join(names)}) "
+        f"WHERE {quote(model._meta.db_table)}.{quote(columns[0].column)} = v.c0"
+    )
+    return sql, [list(column) for column in zip(*params, strict=True)]
+
+
+def _sqlite(
+    model: type[Model], columns: list[Any], params: list[list[Any]], connection: Any
+) -> tuple[str, list[Any]]:
+    quote = connection.ops.quote_name
+    row = "({})".format(", ".join(["%s"] * len(columns)))
+    # SQLite names a VALUES list's columns column1, column2, ...
+    names = [f"column{i + 1}" for i in range(len(columns))]
+    sql = "UPDATE {table} SET {sets} FROM (VALUES {rows}) AS v WHERE {table}.{pk} = v.column1"
+    sql = sql.format(
+        table=quote(model._meta.db_table),
+        sets=_assignments(columns, quote, names),
+        rows=", ".join([row] * len(params)),
+        pk=quote(columns[0].column),
+    )
+    return sql, _flat(params)
+
+
+def _mysql(
+    model: type[Model], columns: list[Any], params: list[list[Any]], connection: Any
+) -> tuple[str, list[Any]]:
+    """``UPDATE t SET f = CASE pk WHEN ... END, ... WHERE pk IN (...)``.
+
+    Not a join with the values as a derived table: InnoDB may then scan the table and lock
+    every row it reads (another scheduler's claimed tasks, a run the admin is deleting), where
+    ``pk IN`` locks only the rows written.
+    """
+    quote = connection.ops.quote_name
+    pk = quote(columns[0].column)
+    whens = " ".join(["WHEN %s THEN %s"] * len(params))
+    sets = ", ".join(f"{quote(field.column)} = CASE {pk} {whens} END" for field in columns[1:])
+    values: list[Any] = []
+    for i in range(1, len(columns)):
+        for row in params:
+            values += (row[0], row[i])
+    in_list = ", ".join(["%s"] * len(params))
+    sql = f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {pk} IN ({in_list})"
+    return sql, values + [row[0] for row in params]
+
+
+def _update_each(
+    model: type[Model], columns: list[Any], params: list[list[Any]], using: str
+) -> None:
+    """One parameterised UPDATE ... WHERE pk = %s per row, pipelined by executemany."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    sql = "UPDATE {} SET {} WHERE {} = %s".format(
+        quote(model._meta.db_table),
+        ", ".join(f"{quote(field.column)} = %s" for field in columns[1:]),
+        quote(columns[0].column),
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [[*row[1:], row[0]] for row in params])
+
+
+def can_insert_new(using: str) -> bool:
+    """Whether insert_new() can run here: INSERT ... ON CONFLICT DO NOTHING RETURNING."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return True
+    return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+
+
+def insert_new(objs: Sequence[Model], key: str, using: str) -> list[Model]:
+    """Insert `objs` in one statement, skipping any a unique constraint refuses; return those
+    inserted, their primary keys set.
+
+    Which were inserted is read from the returned (pk, `key`) pairs, so `key` (a column such
+    as the run's task) must be distinct within `objs`. PostgreSQL and SQLite 3.35+ only (see
+    can_insert_new()); the conflicting rows cost nothing, no savepoint is needed.
+    """
+    if not objs:
+        return []
+    meta: Any = type(objs[0])._meta
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
+    assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"
+    fields: list[Any] = [f for f in meta.concrete_fields if not f.primary_key]
+    rows = [
+        [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields] for obj in objs
+    ]
+    head = "INSERT INTO {} ({})".format(
+        quote(meta.db_table), ", ".join(quote(f.column) for f in fields)
+    )
+    tail = (
+        f" ON CONFLICT DO NOTHING RETURNING {quote(meta.pk.column)}, "
+        f"{quote(meta.get_field(key).column)}"
+    )
+    returned = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start : start + CHUNK]
+            if connection.vendor == "postgresql":
+                # One array per column, as in update_many: a statement of constant text.
+                arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+                sql = f"{head} SELECT * FROM unnest({arrays}){tail}"
+                params = [list(column) for column in zip(*chunk, strict=True)]
+            else:
+                row = "({})".format(", ".join(["%s"] * len(fields)))
+                sql, params = f"{head} VALUES {', '.join([row] * len(chunk))}{tail}", _flat(chunk)
+            cursor.execute(sql, params)
+            returned.extend(cursor.fetchall())
+    inserted = []
+    for pk, key_value in returned:
+        obj = by_key[key_value]
+        obj.pk = pk
+        obj._state.adding, obj._state.db = False, using
+        inserted.append(obj)
+    return inserted
+
+
+def can_compare_and_set(using: str) -> bool:
+    """Whether compare_and_set() can run here (SQLite 3.35+: UPDATE ... FROM ... RETURNING)."""
+    connection = connections[using]
+    return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
+
+
+def compare_and_set(
+    model: type[Model],
+    guard: str,
+    fields: list[str],
+    rows: Sequence[tuple[Any, ...]],
+    using: str,
+) -> set[Any]:
+    """Set `fields` of the rows whose `guard` still holds the value read; return their pks.
+
+    Each row is (pk, the guard's value as read, *values). One statement per chunk: where
+    another writer moved the guard meanwhile, the row is left alone and its pk not returned.
+    """
+    if not rows:
+        return set()
+    connection = connections[using]
+    meta: Any = model._meta
+    quote = connection.ops.quote_name
+    guard_field = meta.get_field(guard)
+    columns: list[Any] = [meta.pk, guard_field, *(meta.get_field(name) for name in fields)]
+    params = [
+        [f.get_db_prep_save(v, connection) for f, v in zip(columns, row, strict=True)]
+        for row in rows
+    ]
+    table = quote(meta.db_table)
+    names = [f"column{i + 1}" for i in range(len(columns))]
+    sets = ", ".join(
+        f"{quote(f.column)} = v.{name}" for f, name in zip(columns[2:], names[2:], strict=True)
+    )
+    moved: set[Any] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(params), CHUNK):
+            chunk = params[start : start + CHUNK]
+            row = "({})".format(", ".join(["%s"] * len(columns)))
+            cursor.execute(
+                f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) AS v "
+                f"WHERE {table}.{quote(meta.pk.column)} = v.column1 "
+                f"AND {table}.{quote(guard_field.column)} IS v.column2 "
+                f"RETURNING {table}.{quote(meta.pk.column)}",
+                _flat(chunk),
+            )
+            moved.update(pk for (pk,) in cursor.fetchall())
+    return moved
