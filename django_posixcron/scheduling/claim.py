@@ -13,6 +13,7 @@ from django.db.models import Subquery
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import rules
+from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.scheduling.outcomes import update_many
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class Claimer:
                 runs = self.write_locked(planned)
             else:
                 runs = self.write_compare_and_set(planned)
+            # A skip is final when inserted; the other runs are counted with their outcome.
+            count_runs((run for run, _ in runs if run.status == RunStatus.SKIPPED), self.using)
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
         return started, [run for run, _ in runs if run.status == RunStatus.SKIPPED]
 
@@ -120,8 +123,13 @@ class Claimer:
         )
         if claimed.trigger is None or claimed.scheduled_for is None:
             return claimed.changes, None
+        occurrence, attempt = rules.attempt_of(
+            claimed.trigger, claimed.scheduled_for, task.retry_occurrence, task.retry_attempt
+        )
         run = Run(
             task=task,
+            occurrence=occurrence,
+            attempt=attempt,
             trigger=claimed.trigger,
             status=RunStatus.SKIPPED if claimed.skipped else RunStatus.RUNNING,
             scheduled_for=claimed.scheduled_for,

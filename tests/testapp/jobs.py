@@ -24,6 +24,24 @@ def record(label: str = "", task_name: str = "record") -> None:
     Hit.objects.create(task_name=task_name, label=label)
 
 
+def record_context(
+    context: Any, task_name: str = "context", fail: bool = False, path: str = ""
+) -> None:
+    """Record the run context's fields in a Hit (a line of `path`, from another process)."""
+    label = (
+        f"{context.trigger}|{context.attempt}|{context.scheduled_for.isoformat()}"
+        f"|{context.occurrence.isoformat()}"
+    )
+    name = f"{task_name}:{context.task_name}:{context.run_id}"
+    if path:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(f"{name}|{label}\n")
+    else:
+        Hit.objects.create(task_name=name, label=label)
+    if fail:
+        raise RuntimeError(f"{task_name} attempt {context.attempt} fails on purpose")
+
+
 def noop() -> None:
     return None
 
