@@ -172,9 +172,7 @@ class Task(models.Model):
     # task_failing was sent, the due time task_overdue was sent for, and why a pause was made.
     consecutive_failures = models.PositiveIntegerField(_("failures in a row"), default=0)
     failing_signalled = models.BooleanField(_("failing signalled"), default=False)
-    overdue_signalled_for = models.DateTimeField(
-        _("overdue signalled for"), null=True, blank=True
-    )
+    overdue_signalled_for = models.DateTimeField(_("overdue signalled for"), null=True, blank=True)
     paused_reason = models.CharField(_("paused because"), max_length=255, blank=True)
 
     created_at = models.DateTimeField(_("created"), default=dj_timezone.now, editable=False)

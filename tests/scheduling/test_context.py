@@ -59,6 +59,7 @@ def test_a_cron_run_and_its_retry_in_the_tasks_zone(tasks, make_scheduler, execu
     assert scheduler.wait_idle(timeout=30)
     failed = Run.objects.get(task__name="ctx")
     assert failed.status == RunStatus.FAILED
+    assert failed.finished_at is not None
     retry_due = failed.finished_at + MINUTE
     scheduler.tick(retry_due)
     assert scheduler.wait_idle(timeout=30)
@@ -94,13 +95,17 @@ def test_attempts_count_on_per_occurrence_and_restart_with_the_next(tasks, make_
     for _ in range(3):  # the occurrence, then two retries of it
         scheduler.tick(now)
         assert scheduler.wait_idle(timeout=10)
-        now = Run.objects.filter(task__name="ctx").latest("pk").finished_at + MINUTE
+        finished_at = Run.objects.filter(task__name="ctx").latest("pk").finished_at
+        assert finished_at is not None
+        now = finished_at + MINUTE
     # The next day's occurrence comes while a retry is pending: it consumes the retry and is
     # attempt 1 of itself.
     scheduler.tick(T0 + dt.timedelta(days=1))
     assert scheduler.wait_idle(timeout=10)
 
-    seen = [(trigger, attempt, occurrence) for _, trigger, attempt, _, occurrence in contexts("ctx")]
+    seen = [
+        (trigger, attempt, occurrence) for _, trigger, attempt, _, occurrence in contexts("ctx")
+    ]
     assert seen == [
         ("cron", "1", "2030-01-07T11:00:00+01:00"),
         ("retry", "2", "2030-01-07T11:00:00+01:00"),
