@@ -13,6 +13,7 @@ from django.db.models import Subquery
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import rules
+from django_posixcron.scheduling.alerts import any_overdue
 from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.scheduling.outcomes import update_many
 
@@ -216,9 +217,15 @@ class Claimer:
 
 
 def peek(
-    using: str, process: SchedulerProcess, mismatched: Mapping[int, str], *, with_clock: bool
-) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """Return (database clock, earliest due_at among tasks this process may claim) at once."""
+    using: str,
+    process: SchedulerProcess,
+    mismatched: Mapping[int, str],
+    *,
+    with_clock: bool,
+    overdue_before: dt.datetime | None = None,
+) -> tuple[dt.datetime | None, dt.datetime | None, bool]:
+    """Return (database clock, earliest due_at among tasks this process may claim, whether
+    an active task due before `overdue_before` awaits its task_overdue) in one query."""
     earliest_due = (
         Task.objects.using(using).active().filter(due_at__isnull=False).order_by("due_at")
     )
@@ -230,10 +237,13 @@ def peek(
         .annotate(next_due=Subquery(earliest_due.values("due_at")[:1]))
     )
     fields = ["next_due"]
+    if overdue_before is not None:
+        query = query.annotate(overdue=any_overdue(overdue_before, using))
+        fields.append("overdue")
     if with_clock and has_clock(using):
         query = query.annotate(db_now=DatabaseNow())
         fields.append("db_now")
     rows = list(query.values(*fields)[:1])
     if not rows:
-        return None, None
-    return rows[0].get("db_now"), rows[0]["next_due"]
+        return None, None, False
+    return rows[0].get("db_now"), rows[0]["next_due"], bool(rows[0].get("overdue"))

@@ -28,8 +28,8 @@ from django.utils import timezone as dj_timezone
 from django_posixcron.conf import get_settings
 from django_posixcron.db import app_alias, database_now
 from django_posixcron.executors import Executor, ThreadExecutor
-from django_posixcron.models import Run, SchedulerProcess
-from django_posixcron.scheduling import liveness, rules, shutdown
+from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, peek
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
@@ -107,6 +107,7 @@ class TickResult:
     skipped: list[Run] = dataclasses.field(default_factory=list)
     lost: list[Run] = dataclasses.field(default_factory=list)
     timed_out: list[Run] = dataclasses.field(default_factory=list)
+    overdue: list[Task] = dataclasses.field(default_factory=list)  # task_overdue sent for
     next_due_at: dt.datetime | None = None
     wake_in: float = 0.0
 
@@ -236,8 +237,15 @@ class Scheduler:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
-        db_now, next_due = peek(
-            self.using, self.process, self.claimer.mismatched, with_clock=not explicit
+        # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
+        # database clock when no instant is given (a threshold, not a due-ness judgement).
+        overdue_before = (now or self.now()) - dt.timedelta(seconds=self.poll_interval)
+        db_now, next_due, overdue = peek(
+            self.using,
+            self.process,
+            self.claimer.mismatched,
+            with_clock=not explicit,
+            overdue_before=overdue_before,
         )
         if now is None:
             now = db_now or self.now()
@@ -249,6 +257,8 @@ class Scheduler:
                 self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
+        if overdue:
+            result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
         if next_due is not None and next_due <= now and not self.stopping:
             limit = min(self.batch_size, self.executor.free_slots())
