@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import connections
 
@@ -41,8 +42,8 @@ def count_runs(runs: Iterable[Run], using: str) -> None:
     connection = connections[using]
     meta = RunCount._meta
     quote = connection.ops.quote_name
-    columns = [meta.get_field(name).column for name in ("task_name", "trigger", "status", "count")]
-    names = [quote(column) for column in columns]
+    fields: list[Any] = [meta.get_field(n) for n in ("task_name", "trigger", "status", "count")]
+    names = [quote(field.column) for field in fields]
     conflict = _UPSERT[connection.vendor].format(
         key=", ".join(names[:3]), count=names[3], table=quote(meta.db_table)
     )
@@ -50,6 +51,6 @@ def count_runs(runs: Iterable[Run], using: str) -> None:
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)}) "
         f"VALUES (%s, %s, %s, %s) {conflict}"
     )
-    params = [[*key, n] for key, n in sorted(counts.items())]
+    params: list[tuple[str, str, str, int]] = [(*key, n) for key, n in sorted(counts.items())]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
