@@ -28,7 +28,7 @@ CHART_RUNS = 30
 MARKS = {
     RunStatus.SUCCEEDED: "✓",
     RunStatus.FAILED: "✗",
-    RunStatus.TIMED_OUT: "⧖",
+    RunStatus.TIMED_OUT: "◷",
     RunStatus.LOST: "?",
     RunStatus.INTERRUPTED: "‖",
     RunStatus.SKIPPED: "\u2013",  # an en dash
@@ -200,7 +200,7 @@ def chart(task: Task, points: list[Point]) -> SafeString:
     ) % {"count": len(points), "top": display.duration(dt.timedelta(seconds=top))}
     return format_html(
         '<svg class="posixcron-chart" viewBox="0 0 {} {}" role="img" '
-        'aria-labelledby="posixcron-chart-title posixcron-chart-desc">'
+        'aria-labelledby="posixcron-chart-title" aria-describedby="posixcron-chart-desc">'
         '<title id="posixcron-chart-title">{}</title><desc id="posixcron-chart-desc">{}</desc>'
         '<line class="posixcron-axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
         '<text class="posixcron-axis-label" x="{}" y="{}" text-anchor="end">{}</text>'

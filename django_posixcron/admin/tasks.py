@@ -61,7 +61,6 @@ class TaskAdmin(TaskStateActions):
         "last_run_display",
         "next_run_display",
         "retry_display",
-        "recent_runs_display",
     )
     list_filter = (StateFilter, HealthFilter, LastStatusFilter, "timezone")
     search_fields = ("name", "callable_path", "description")
@@ -105,10 +104,12 @@ class TaskAdmin(TaskStateActions):
             )
         return state
 
-    @admin.display(description=_("recent runs"))
-    def recent_runs_display(self, obj: Task) -> SafeString:
-        # Filled for the whole page at once by get_changelist_instance().
-        return history.strip(obj, getattr(obj, "posixcron_recent_runs", []))
+    def recent_runs(self, obj: Task) -> SafeString:
+        """Return the strip of recent runs; on the list page only, filled for the whole page
+        at once by get_changelist_instance(). In the last-run cell, so no column is added
+        to a list that already fills the page's width."""
+        runs = getattr(obj, "posixcron_recent_runs", None)
+        return history.strip(obj, runs) if runs else mark_safe("")
 
     @admin.display(description=_("last run"), ordering="last_run_started_at")
     def last_run_display(self, obj: Task) -> SafeString:
@@ -123,8 +124,14 @@ class TaskAdmin(TaskStateActions):
             status = display.status_badge(obj.last_run_status)
             assert obj.last_run_finished_at is not None
             took = display.duration(obj.last_run_finished_at - obj.last_run_started_at)
+        strip = self.recent_runs(obj)
         return format_html(
-            "{}<br>{} {}", when(obj.last_run_started_at, obj.timezone, now), status, took
+            "{}<br>{} {}{}{}",
+            when(obj.last_run_started_at, obj.timezone, now),
+            status,
+            took,
+            mark_safe("<br>") if strip else "",
+            strip,
         )
 
     @admin.display(description=_("next run"), ordering="next_run_at")

@@ -79,7 +79,7 @@ def test_the_list_shows_each_tasks_recent_runs_as_marks_with_shapes_and_titles(s
 
     [strip] = elements(html, "posixcron-strip")  # the task without runs has none
     marks = elements(html, "posixcron-mark")
-    assert [text for _, _, text in marks] == ["✓", "✗", "\u2013", "?", "⧖", "‖", "✓"]
+    assert [text for _, _, text in marks] == ["✓", "✗", "\u2013", "?", "◷", "‖", "✓"]
     # Colour only repeats what the shape and the title say.
     titles = [attrs["title"] or "" for _, attrs, _ in marks]
     assert [t.split(" · ")[0] for t in titles] == [str(s.label) for s in STATUSES]
@@ -89,7 +89,9 @@ def test_the_list_shows_each_tasks_recent_runs_as_marks_with_shapes_and_titles(s
         "Last 7 runs, oldest first: succeeded, failed, skipped, lost, timed out, "
         "interrupted, succeeded"
     )
-    assert "no runs" in html  # the task without history
+    fresh = html.split(">fresh</a>")[1].split("</tr>")[0]
+    assert "posixcron-strip" not in fresh  # the task without history: "never"
+    assert ">never<" in fresh
 
 
 def test_the_strip_keeps_the_latest_ten_runs(superuser):
@@ -107,7 +109,8 @@ def test_the_task_page_charts_durations_and_fire_lag(superuser):
 
     [svg] = elements(html, "posixcron-chart")
     assert svg[1]["role"] == "img"
-    assert svg[1]["aria-labelledby"] == "posixcron-chart-title posixcron-chart-desc"
+    assert svg[1]["aria-labelledby"] == "posixcron-chart-title"
+    assert svg[1]["aria-describedby"] == "posixcron-chart-desc"
     assert "Durations of the last 3 runs as bars" in html  # the skip is left out
     bars = elements(html, "posixcron-bar")
     assert len(bars) == 3
