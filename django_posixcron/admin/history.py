@@ -143,38 +143,53 @@ def _nice(value: float) -> float:
     return 10 * power
 
 
-def chart(task: Task, points: list[Point]) -> SafeString:
-    """Return an inline SVG of durations (bars) and fire lag (a dashed line of dots)."""
-    if not points:
-        return display.muted(gettext("No runs to chart yet."))
-    top = _nice(max([p.duration or 0 for p in points] + [max(p.lag or 0, 0) for p in points]))
-    plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
-    slot = plot_w / len(points)
+# The plotting area inside the chart's margins.
+PLOT_W, PLOT_H = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
 
-    def y(value: float) -> float:
-        return TOP + plot_h - plot_h * min(max(value, 0.0), top) / top
 
-    bars, dots = [], []
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Seconds to SVG coordinates: one slot per run, one axis from 0 to `top` seconds."""
+
+    top: float
+    slots: int
+
+    @property
+    def slot(self) -> float:
+        return PLOT_W / self.slots
+
+    def x(self, i: int) -> float:
+        return LEFT + i * self.slot
+
+    def y(self, seconds: float) -> float:
+        return TOP + PLOT_H - PLOT_H * min(max(seconds, 0.0), self.top) / self.top
+
+
+def _title(task: Task, p: Point) -> str:
+    return gettext("%(when)s: %(status)s, took %(took)s, started %(lag)s late") % {
+        "when": display.in_zone(p.run.scheduled_for, task.timezone),
+        "status": _label(p.run.status),
+        "took": display.duration(p.run.duration) or gettext("(running)"),
+        "lag": display.duration(dt.timedelta(seconds=p.lag or 0)),
+    }
+
+
+def _bars(task: Task, points: list[Point], scale: Scale) -> list[SafeString]:
+    """Return a bar per finished run, and a mark above each failed one."""
+    bars = []
     for i, p in enumerate(points):
-        x = LEFT + i * slot
-        when = display.in_zone(p.run.scheduled_for, task.timezone)
-        title = gettext("%(when)s: %(status)s, took %(took)s, started %(lag)s late") % {
-            "when": when,
-            "status": _label(p.run.status),
-            "took": display.duration(p.run.duration) or gettext("(running)"),
-            "lag": display.duration(dt.timedelta(seconds=p.lag or 0)),
-        }
+        x = scale.x(i)
         if p.duration is not None:
             bars.append(
                 format_html(
                     '<rect class="posixcron-bar posixcron-{}" x="{}" y="{}" width="{}"'
                     ' height="{}"><title>{}</title></rect>',
                     _kind(p.run.status),
-                    _n(x + slot * 0.15),
-                    _n(y(p.duration)),
-                    _n(slot * 0.7),
-                    _n(TOP + plot_h - y(p.duration)),
-                    title,
+                    _n(x + scale.slot * 0.15),
+                    _n(scale.y(p.duration)),
+                    _n(scale.slot * 0.7),
+                    _n(TOP + PLOT_H - scale.y(p.duration)),
+                    _title(task, p),
                 )
             )
         if p.run.status in FAILURE_STATUSES:
@@ -182,22 +197,42 @@ def chart(task: Task, points: list[Point]) -> SafeString:
             bars.append(
                 format_html(
                     '<text class="posixcron-bar-mark" x="{}" y="{}">✗</text>',
-                    _n(x + slot / 2),
-                    _n(y(p.duration or 0) - 2),
+                    _n(x + scale.slot / 2),
+                    _n(scale.y(p.duration or 0) - 2),
                 )
             )
-        if p.lag is not None:
-            dots.append((_n(x + slot / 2), _n(y(p.lag)), title))
-    line = " ".join(f"{x},{y_}" for x, y_, _ in dots)
-    circles = format_html_join(
-        "",
-        '<circle class="posixcron-lag" cx="{}" cy="{}" r="3"><title>{}</title></circle>',
-        dots,
+    return bars
+
+
+def _lag_line(task: Task, points: list[Point], scale: Scale) -> SafeString:
+    """Return the fire lag as a dashed polyline through a titled dot per started run."""
+    dots = [
+        (_n(scale.x(i) + scale.slot / 2), _n(scale.y(p.lag)), _title(task, p))
+        for i, p in enumerate(points)
+        if p.lag is not None
+    ]
+    return format_html(
+        '<polyline class="posixcron-lag-line" points="{}"/>{}',
+        " ".join(f"{x},{y}" for x, y, _ in dots),
+        format_html_join(
+            "",
+            '<circle class="posixcron-lag" cx="{}" cy="{}" r="3"><title>{}</title></circle>',
+            dots,
+        ),
     )
+
+
+def chart(task: Task, points: list[Point]) -> SafeString:
+    """Return an inline SVG of durations (bars) and fire lag (a dashed line of dots)."""
+    if not points:
+        return display.muted(gettext("No runs to chart yet."))
+    top = _nice(max([p.duration or 0 for p in points] + [max(p.lag or 0, 0) for p in points]))
+    scale = Scale(top, len(points))
+    top_label = display.duration(dt.timedelta(seconds=top))
     description = gettext(
         "Durations of the last %(count)d runs as bars, fire lag (start minus scheduled time) "
         "as a dashed line of dots; the axis goes from 0 to %(top)s."
-    ) % {"count": len(points), "top": display.duration(dt.timedelta(seconds=top))}
+    ) % {"count": len(points), "top": top_label}
     return format_html(
         '<svg class="posixcron-chart" viewBox="0 0 {} {}" role="img" '
         'aria-labelledby="posixcron-chart-title" aria-describedby="posixcron-chart-desc">'
@@ -205,8 +240,7 @@ def chart(task: Task, points: list[Point]) -> SafeString:
         '<line class="posixcron-axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
         '<text class="posixcron-axis-label" x="{}" y="{}" text-anchor="end">{}</text>'
         '<text class="posixcron-axis-label" x="{}" y="{}" text-anchor="end">0</text>'
-        "{}"
-        '<polyline class="posixcron-lag-line" points="{}"/>{}</svg>'
+        "{}{}</svg>"
         '<p class="posixcron-legend"><span class="posixcron-legend-bar"></span> {} '
         '<span class="posixcron-legend-lag">- ● -</span> {} <span>✗</span> {}</p>',
         WIDTH,
@@ -214,17 +248,16 @@ def chart(task: Task, points: list[Point]) -> SafeString:
         gettext("Recent durations and fire lag"),
         description,
         LEFT,
-        TOP + plot_h,
+        TOP + PLOT_H,
         WIDTH - 8,
-        TOP + plot_h,
+        TOP + PLOT_H,
         LEFT - 4,
         TOP + 10,
-        display.duration(dt.timedelta(seconds=top)),
+        top_label,
         LEFT - 4,
-        TOP + plot_h,
-        format_html_join("", "{}", ((bar,) for bar in bars)),
-        line,
-        circles,
+        TOP + PLOT_H,
+        format_html_join("", "{}", ((bar,) for bar in _bars(task, points, scale))),
+        _lag_line(task, points, scale),
         gettext("duration"),
         gettext("fire lag"),
         gettext("failed, lost, interrupted or timed out"),

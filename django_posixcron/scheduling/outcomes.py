@@ -207,7 +207,7 @@ def write_outcomes(
             ],
             using,
         )
-        failing = _record_task_outcomes(recorded, task_rows, using)
+        failing = _record_task_outcomes(recorded, task_rows, using, signals=notifier is not None)
         count_runs((o.run for o in recorded), using)
     _announce(recorded, current, notifier)
     for task, failures, paused in failing:
@@ -216,9 +216,9 @@ def write_outcomes(
 
 
 def _send(notifier: Notifier | None, sig: Any, **kwargs: Any) -> None:
-    if notifier is None:
-        send_robust(sig, **kwargs)
-    else:
+    # Without a notifier (the forced exit, which has 2 s and holds a transaction) nothing is
+    # sent, as for run_finished.
+    if notifier is not None:
         notifier.send(sig, **kwargs)
 
 
@@ -268,15 +268,27 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
     }
 
 
+# The task fields an outcome writes, in the order of the rows _record_task_outcomes builds.
+TASK_OUTCOME_FIELDS = [
+    "last_run_status",
+    "last_run_finished_at",
+    "retry_at",
+    "due_at",
+    "retry_occurrence",
+    "retry_attempt",
+    "consecutive_failures",
+    "failing_signalled",
+]
+
+
 def _record_task_outcomes(
-    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str
+    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str, *, signals: bool
 ) -> list[tuple[Task, int, bool]]:
     """Apply finished runs to their tasks: last_run_*, the retry rule, the failure streak.
 
     Return the (task, failures, paused) to send task_failing for: the task rows are locked
     by this transaction, so only this process sees the streak cross its threshold.
     """
-    conf = get_settings()
     touched: dict[int, tuple[Any, ...]] = {}
     failing: dict[int, tuple[Task, int, bool]] = {}
     for o in sorted(outcomes, key=lambda o: o.finished_at):
@@ -291,51 +303,46 @@ def _record_task_outcomes(
             row["retry_occurrence"] = o.run.occurrence or o.run.scheduled_for
             row["retry_attempt"] = o.run.attempt
         row["retry_at"] = retry_at
-        task = o.run.task
-        pause_after = conf.pause_after_failures.get(task.name)
-        streak = rules.failure_streak(
-            o.status,
-            row["consecutive_failures"],
-            row["failing_signalled"],
-            failing_after=conf.failing_after,
-            pause_after=pause_after,
-            paused=row["paused"],
-        )
-        row["consecutive_failures"], row["failing_signalled"] = streak.failures, streak.signalled
-        if streak.pause:
-            row["paused"] = task.paused = True
-            task.paused_reason = _pause(task, streak.failures, pause_after, using)
-        task.consecutive_failures = streak.failures
-        if streak.send:
-            failing[row["pk"]] = (task, streak.failures, streak.pause)
+        alert = _apply_streak(o, row, using, signals=signals)
+        if alert is not None:
+            failing[row["pk"]] = alert
         due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
-        touched[row["pk"]] = (
-            row["pk"],
+        row["last_run_status"], row["last_run_finished_at"], row["due_at"] = (
             o.status,
             o.finished_at,
-            row["retry_at"],
             due,
-            row["retry_occurrence"],
-            row["retry_attempt"],
-            row["consecutive_failures"],
-            row["failing_signalled"],
         )
-    update_many(
-        Task,
-        [
-            "last_run_status",
-            "last_run_finished_at",
-            "retry_at",
-            "due_at",
-            "retry_occurrence",
-            "retry_attempt",
-            "consecutive_failures",
-            "failing_signalled",
-        ],
-        list(touched.values()),
-        using,
-    )
+        touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
+    update_many(Task, TASK_OUTCOME_FIELDS, list(touched.values()), using)
     return list(failing.values())
+
+
+def _apply_streak(
+    o: Outcome, row: dict[str, Any], using: str, *, signals: bool
+) -> tuple[Task, int, bool] | None:
+    """Count the outcome into the task's failure streak; pause if its policy says so.
+
+    Return what to send task_failing with, if anything. Without `signals` (the forced exit)
+    an episode is not marked signalled, so the writer of the next failure sends it.
+    """
+    conf = get_settings()
+    task = o.run.task
+    pause_after = conf.pause_after_failures.get(task.name)
+    streak = rules.failure_streak(
+        o.status,
+        row["consecutive_failures"],
+        row["failing_signalled"],
+        failing_after=conf.failing_after,
+        pause_after=pause_after,
+        paused=row["paused"],
+    )
+    row["consecutive_failures"] = task.consecutive_failures = streak.failures
+    if signals or not streak.send:
+        row["failing_signalled"] = streak.signalled
+    if streak.pause:
+        row["paused"] = task.paused = True
+        task.paused_reason = _pause(task, streak.failures, pause_after, using)
+    return (task, streak.failures, streak.pause) if streak.send else None
 
 
 def _pause(task: Task, failures: int, pause_after: int | None, using: str) -> str:

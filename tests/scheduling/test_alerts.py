@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from django.dispatch import Signal
 
+from django_posixcron.db import app_alias
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 from django_posixcron.signals import run_lost, task_failing, task_overdue
 from tests.factories import SchedulerProcessFactory
 from tests.harness.tasks import T0, Tasks
@@ -173,3 +175,29 @@ def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(tasks, make_schedu
     assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
     [sent] = received["lost"]
     assert sent["run"].pk == run.pk
+
+
+def test_the_forced_exit_sends_nothing_and_leaves_the_episode_to_the_next_writer(tasks, received):
+    task = tasks("flaky", next_run_at=T0 + HOUR)
+    process = SchedulerProcessFactory.create(last_heartbeat_at=T0)
+
+    def interrupted(i: int, notifier: Notifier | None) -> None:
+        run = Run.objects.create(
+            task=task,
+            trigger="manual",
+            status=RunStatus.RUNNING,
+            scheduled_for=T0 + i * MINUTE,
+            started_at=T0 + i * MINUTE,
+            process=process,
+        )
+        outcome = Outcome(run, RunStatus.INTERRUPTED, T0 + i * MINUTE, "interrupted")
+        assert write_outcomes([outcome], app_alias(), notifier)
+
+    for i in range(3):  # FAILING_AFTER failures, written as the forced exit writes them
+        interrupted(i, None)
+    assert received["failing"] == []
+    assert not Task.objects.get(pk=task.pk).failing_signalled
+
+    interrupted(3, Notifier())  # the next writer has a notifier: the episode is told
+    assert [(s["failures"], s["paused"]) for s in received["failing"]] == [(4, False)]
+    assert Task.objects.get(pk=task.pk).failing_signalled
