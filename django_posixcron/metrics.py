@@ -26,27 +26,27 @@ if TYPE_CHECKING:
 QUEUED = "queued"
 
 
-def _latest(field: str, *, order_by: str, **filters: Any) -> Subquery:
-    """Return `field` of the task's latest run by `order_by` among those `filters` select."""
-    runs = Run.objects.filter(task=OuterRef("pk"), **filters).exclude(status=RunStatus.SKIPPED)
-    return Subquery(runs.order_by(f"-{order_by}", "-pk").values(field)[:1])
+def _latest(runs: Any, field: str) -> Subquery:
+    """Return `field` of the task's latest run among `runs`, "latest" by scheduled time.
+
+    By scheduled_for, not by finish or start: the (task, scheduled_for) index then finds it
+    at once however long the history is, where sorting a task's runs by another column
+    would read all of them at every scrape.
+    """
+    return Subquery(runs.order_by("-scheduled_for", "-pk").values(field)[:1])
 
 
 def task_rows(using: str) -> list[dict[str, Any]]:
     """Return each declared task's state and its latest runs' figures, in one query."""
     lag = ExpressionWrapper(F("started_at") - F("scheduled_for"), output_field=DurationField())
-    lag_of_latest = Run.objects.filter(task=OuterRef("pk"), started_at__isnull=False).exclude(
-        status=RunStatus.SKIPPED
-    )
+    ran = Run.objects.filter(task=OuterRef("pk")).exclude(status=RunStatus.SKIPPED)
     query: Any = (
         Task.objects.using(using)
         .filter(declared=True)
         .annotate(
-            last_duration=_latest("duration", order_by="finished_at", finished_at__isnull=False),
-            fire_lag=Subquery(
-                lag_of_latest.annotate(lag=lag).order_by("-started_at", "-pk").values("lag")[:1]
-            ),
-            last_success=_latest("finished_at", order_by="finished_at", status=RunStatus.SUCCEEDED),
+            last_duration=_latest(ran.filter(finished_at__isnull=False), "duration"),
+            fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
+            last_success=_latest(ran.filter(status=RunStatus.SUCCEEDED), "finished_at"),
         )
         .order_by("name")
         .values("name", "paused", "due_at", "last_duration", "fire_lag", "last_success")
