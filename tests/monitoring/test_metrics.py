@@ -177,3 +177,22 @@ def test_without_prometheus_client_the_error_names_the_extra(db, monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(ImproperlyConfigured, match=r"pip install 'django-posixcron\[prometheus\]'"):
         Client(raise_request_exception=True).get("/metrics")
+
+
+def test_a_scrape_costs_the_same_queries_for_3_tasks_as_for_30(db):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import RunFactory, TaskFactory
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            scrape()
+        return len(captured)
+
+    for _ in range(3):
+        RunFactory.create(task=TaskFactory.create())
+    few = queries()
+    for _ in range(27):
+        RunFactory.create(task=TaskFactory.create())
+    assert queries() == few <= 5
