@@ -145,3 +145,36 @@ def test_the_context_pickles_for_the_process_executor():
 
     context = RunContext("t", 1, "cron", T0, T0, 1)
     assert pickle.loads(pickle.dumps(context)) == context
+
+
+def test_a_lost_run_is_retried_as_the_next_attempt_of_its_occurrence(tasks, make_scheduler):
+    from tests.factories import SchedulerProcessFactory
+
+    occurrence = T0 - dt.timedelta(hours=1)
+    task = tasks(
+        "ctx",
+        schedule="0 * * * *",
+        callable_path="tests.testapp.jobs.record_context",
+        timezone=ZONE,
+        retry_delay=60,
+        next_run_at=T0 + dt.timedelta(hours=1),
+        takes_context=True,
+    )
+    dead = SchedulerProcessFactory.create(last_heartbeat_at=occurrence)
+    Run.objects.create(
+        task=task,
+        trigger=Trigger.RETRY,
+        status=RunStatus.RUNNING,
+        scheduled_for=occurrence + MINUTE,
+        started_at=occurrence + MINUTE,
+        process=dead,
+        occurrence=occurrence,
+        attempt=2,
+    )
+    scheduler = make_scheduler()
+    scheduler.tick(T0)  # marks it lost: a failure, retried after retry_delay
+    scheduler.tick(T0 + 2 * MINUTE)
+    assert scheduler.wait_idle(timeout=10)
+
+    [(_, trigger, attempt, _, seen_occurrence)] = contexts("ctx")
+    assert (trigger, attempt, seen_occurrence) == ("retry", "3", "2030-01-07T10:00:00+01:00")
