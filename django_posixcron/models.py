@@ -165,15 +165,24 @@ class Task(models.Model):
     last_run_started_at = models.DateTimeField(_("last run started"), null=True, blank=True)
     last_run_finished_at = models.DateTimeField(_("last run finished"), null=True, blank=True)
 
+    # The new columns have database defaults too: a scheduler of the previous release, still
+    # running while this one's migration is applied (a rolling deploy), inserts rows without
+    # them, and so may any outside tool.
     # The run a pending retry retries: its occurrence, and its attempt (the retry is the next).
     retry_occurrence = models.DateTimeField(_("retry of occurrence"), null=True, blank=True)
-    retry_attempt = models.PositiveIntegerField(_("retry of attempt"), default=0)
+    retry_attempt = models.PositiveIntegerField(_("retry of attempt"), default=0, db_default=0)
     # Alerting: the failures in a row (a success ends the episode), whether this episode's
     # task_failing was sent, the due time task_overdue was sent for, and why a pause was made.
-    consecutive_failures = models.PositiveIntegerField(_("failures in a row"), default=0)
-    failing_signalled = models.BooleanField(_("failing signalled"), default=False)
+    consecutive_failures = models.PositiveIntegerField(
+        _("failures in a row"), default=0, db_default=0
+    )
+    failing_signalled = models.BooleanField(
+        _("failing signalled"), default=False, db_default=False
+    )
     overdue_signalled_for = models.DateTimeField(_("overdue signalled for"), null=True, blank=True)
-    paused_reason = models.CharField(_("paused because"), max_length=255, blank=True)
+    paused_reason = models.CharField(
+        _("paused because"), max_length=255, blank=True, default="", db_default=""
+    )
 
     created_at = models.DateTimeField(_("created"), default=dj_timezone.now, editable=False)
     updated_at = models.DateTimeField(_("updated"), default=dj_timezone.now)
@@ -298,7 +307,7 @@ class Run(models.Model):
     # The cron occurrence the run serves (a retry's: the one whose failure it retries; a
     # manual run's: its request instant), and its attempt at it (see DESIGN section 6).
     occurrence = models.DateTimeField(_("occurrence"), null=True, blank=True)
-    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
 
     objects = RunQuerySet.as_manager()
 
