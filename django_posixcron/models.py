@@ -176,9 +176,7 @@ class Task(models.Model):
     consecutive_failures = models.PositiveIntegerField(
         _("failures in a row"), default=0, db_default=0
     )
-    failing_signalled = models.BooleanField(
-        _("failing signalled"), default=False, db_default=False
-    )
+    failing_signalled = models.BooleanField(_("failing signalled"), default=False, db_default=False)
     overdue_signalled_for = models.DateTimeField(_("overdue signalled for"), null=True, blank=True)
     paused_reason = models.CharField(
         _("paused because"), max_length=255, blank=True, default="", db_default=""
