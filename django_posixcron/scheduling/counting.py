@@ -20,9 +20,9 @@ from django_posixcron.models import Run, RunCount
 
 Key = tuple[str, str, str]  # task name, trigger, status
 
-# One upsert per (task, trigger, status), pipelined with executemany: an outcome batch of 200
-# runs costs one round of statements, not a read-then-write per counter. The three dialects
-# say "add to the existing row" each their own way.
+# One multi-row upsert per batch: an outcome batch of 200 runs costs one statement, not one
+# per counter (a statement per counter halved the scheduler's throughput with many tasks).
+# The three dialects say "add to the existing row" each their own way.
 _UPSERT = {
     "postgresql": "ON CONFLICT ({key}) DO UPDATE SET {count} = {table}.{count} + EXCLUDED.{count}",
     "sqlite": "ON CONFLICT ({key}) DO UPDATE SET {count} = {table}.{count} + excluded.{count}",
@@ -47,10 +47,11 @@ def count_runs(runs: Iterable[Run], using: str) -> None:
     conflict = _UPSERT[connection.vendor].format(
         key=", ".join(names[:3]), count=names[3], table=quote(meta.db_table)
     )
+    rows = sorted(counts.items())
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)}) "
-        f"VALUES (%s, %s, %s, %s) {conflict}"
+        f"VALUES {', '.join(['(%s, %s, %s, %s)'] * len(rows))} {conflict}"
     )
-    params: list[tuple[str, str, str, int]] = [(*key, n) for key, n in sorted(counts.items())]
+    params = [value for key, n in rows for value in (*key, n)]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        cursor.execute(sql, params)

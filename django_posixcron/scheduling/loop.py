@@ -159,6 +159,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._clock_offset = dt.timedelta(0)
+        self._overdue_checked_at: dt.datetime | None = None
         self.outage = Outage(self.stale_after)
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
@@ -239,7 +240,7 @@ class Scheduler:
         self.claimer.refresh_mismatches(now or self.now())
         # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
         # database clock when no instant is given (a threshold, not a due-ness judgement).
-        overdue_before = (now or self.now()) - dt.timedelta(seconds=self.poll_interval)
+        overdue_before = self._overdue_before(now or self.now())
         db_now, next_due, overdue = peek(
             self.using,
             self.process,
@@ -257,7 +258,7 @@ class Scheduler:
                 self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
-        if overdue:
+        if overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
         if next_due is not None and next_due <= now and not self.stopping:
@@ -274,6 +275,18 @@ class Scheduler:
         self.pruner.prune(now)
         result.wake_in = self._wake_in(result, limit)
         return result
+
+    def _overdue_before(self, now: dt.datetime) -> dt.datetime | None:
+        """Return the due time before which a task is overdue, once per POLL_INTERVAL.
+
+        Looked for at most once a poll interval: a backlog (thousands of tasks due at once,
+        worked through in many quick ticks) must not pay for it at every tick.
+        """
+        poll = dt.timedelta(seconds=self.poll_interval)
+        if self._overdue_checked_at is not None and now < self._overdue_checked_at + poll:
+            return None
+        self._overdue_checked_at = now
+        return now - poll
 
     def _wake_in(self, result: TickResult, limit: int) -> float:
         now = result.now
