@@ -14,6 +14,8 @@ from django.dispatch import receiver
 DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_CONCURRENCY = 4
 DEFAULT_HISTORY_DAYS = 30
+# Three failures in a row: one is a blip, two a retry that failed too, three a pattern.
+DEFAULT_FAILING_AFTER = 3
 # Under 10 ms the loop would query the database continuously for no gain (a run starts at its
 # due time anyway, not at the next poll). Past a day, a pause or a run-now made in the admin
 # waits longer than anyone expects to be seen; and the sleep (threading's TIMEOUT_MAX) and the
@@ -54,6 +56,9 @@ class PosixCronSettings:
     poll_interval: float
     concurrency: int
     history_days: int
+    failing_after: int = DEFAULT_FAILING_AFTER
+    # Task name -> its "pause_after_failures", for the tasks that declare one.
+    pause_after_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @cache
@@ -67,7 +72,20 @@ def get_settings() -> PosixCronSettings:
         poll_interval=source.get("POLL_INTERVAL", DEFAULT_POLL_INTERVAL),
         concurrency=source.get("CONCURRENCY", DEFAULT_CONCURRENCY),
         history_days=source.get("HISTORY_DAYS", DEFAULT_HISTORY_DAYS),
+        failing_after=source.get("FAILING_AFTER", DEFAULT_FAILING_AFTER),
+        pause_after_failures=_pause_after_failures(source.get("TASKS")),
     )
+
+
+def _pause_after_failures(tasks: object) -> dict[str, int]:
+    if not isinstance(tasks, Mapping):
+        return {}
+    found = {}
+    for name, definition in tasks.items():
+        value = definition.get("pause_after_failures") if isinstance(definition, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            found[name] = value
+    return found
 
 
 def poll_interval_or_default() -> float:

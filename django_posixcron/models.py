@@ -103,7 +103,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def resume(self) -> int:
         """Resume the paused tasks; return how many were paused."""
-        return self.filter(paused=True).update(paused=False, updated_at=dj_timezone.now())
+        return self.filter(paused=True).update(
+            paused=False, paused_reason="", updated_at=dj_timezone.now()
+        )
 
     def request_run(self, now: dt.datetime | None = None) -> int:
         """Record a manual run request on each task; return how many; no task code runs.
@@ -163,6 +165,23 @@ class Task(models.Model):
     last_run_started_at = models.DateTimeField(_("last run started"), null=True, blank=True)
     last_run_finished_at = models.DateTimeField(_("last run finished"), null=True, blank=True)
 
+    # The new columns have database defaults too: a scheduler of the previous release, still
+    # running while this one's migration is applied (a rolling deploy), inserts rows without
+    # them, and so may any outside tool.
+    # The run a pending retry retries: its occurrence, and its attempt (the retry is the next).
+    retry_occurrence = models.DateTimeField(_("retry of occurrence"), null=True, blank=True)
+    retry_attempt = models.PositiveIntegerField(_("retry of attempt"), default=0, db_default=0)
+    # Alerting: the failures in a row (a success ends the episode), whether this episode's
+    # task_failing was sent, the due time task_overdue was sent for, and why a pause was made.
+    consecutive_failures = models.PositiveIntegerField(
+        _("failures in a row"), default=0, db_default=0
+    )
+    failing_signalled = models.BooleanField(_("failing signalled"), default=False, db_default=False)
+    overdue_signalled_for = models.DateTimeField(_("overdue signalled for"), null=True, blank=True)
+    paused_reason = models.CharField(
+        _("paused because"), max_length=255, blank=True, default="", db_default=""
+    )
+
     created_at = models.DateTimeField(_("created"), default=dj_timezone.now, editable=False)
     updated_at = models.DateTimeField(_("updated"), default=dj_timezone.now)
 
@@ -217,9 +236,10 @@ class Task(models.Model):
         self.paused = True
 
     def resume(self) -> None:
-        """Resume the task; the write touches only `paused`."""
+        """Resume the task; the write touches only `paused` and why it was paused."""
         self._row().resume()
         self.paused = False
+        self.paused_reason = ""
 
     def request_run(self, now: dt.datetime | None = None) -> None:
         """Record a manual run request that the scheduler fires at its next tick."""
@@ -282,6 +302,10 @@ class Run(models.Model):
     )
     # host:pid, kept when the process row is gone.
     process_label = models.CharField(_("process"), max_length=255, blank=True)
+    # The cron occurrence the run serves (a retry's: the one whose failure it retries; a
+    # manual run's: its request instant), and its attempt at it (see DESIGN section 6).
+    occurrence = models.DateTimeField(_("occurrence"), null=True, blank=True)
+    attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
 
     objects = RunQuerySet.as_manager()
 
@@ -364,3 +388,30 @@ class DeclarationSet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.digest[:12]} ({len(self.hashes)} tasks)"
+
+
+class RunCount(models.Model):
+    """How many runs of a task reached a final status by a trigger, ever.
+
+    Incremented in the transaction that writes the status, never decremented: the
+    ``posixcron_runs_total`` counter "never goes down, whatever deletes Run rows: pruning, the
+    admin, the ORM". Keyed by task name, not by a foreign key, so deleting a task's row does
+    not take its count with it either.
+    """
+
+    task_name = models.CharField(_("task"), max_length=100)
+    trigger = models.CharField(_("trigger"), max_length=8, choices=Trigger.choices)
+    status = models.CharField(_("status"), max_length=16, choices=RunStatus.choices)
+    count = models.BigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("run count")
+        verbose_name_plural = _("run counts")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task_name", "trigger", "status"], name="posixcron_runcount_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}:{self.trigger}:{self.status}={self.count}"

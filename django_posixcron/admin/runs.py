@@ -86,6 +86,8 @@ class RunAdmin(RunAdminBase):
         "trigger",
         "status_display",
         "scheduled_for_display",
+        "occurrence_display",
+        "attempt",
         "started_display",
         "finished_display",
         "duration_display",
@@ -109,6 +111,11 @@ class RunAdmin(RunAdminBase):
     @admin.display(description=_("scheduled for"), ordering="scheduled_for")
     def scheduled_for_display(self, obj: Run) -> str:
         return in_zone(obj.scheduled_for, obj.task.timezone)
+
+    @admin.display(description=_("occurrence"))
+    def occurrence_display(self, obj: Run) -> str:
+        # The cron occurrence the run serves (a retry's is the one it retries).
+        return in_zone(obj.occurrence, obj.task.timezone) if obj.occurrence else "—"
 
     @admin.display(description=_("started"), ordering="started_at")
     def started_display(self, obj: Run) -> str:

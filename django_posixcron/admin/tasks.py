@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_posixcron.admin import display
+from django_posixcron.admin import display, history
 from django_posixcron.admin.actions import TaskStateActions
 from django_posixcron.admin.display import badge, dash, muted, row_clock, when
 from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
@@ -98,7 +98,22 @@ class TaskAdmin(TaskStateActions):
 
     @admin.display(description=_("state"))
     def state_display(self, obj: Task) -> SafeString:
-        return badge(obj.state, str(display.STATE_LABELS[obj.state]))
+        state = badge(obj.state, str(display.STATE_LABELS[obj.state]))
+        if obj.declared and obj.paused and obj.paused_reason:
+            # "The admin shows why it is paused": a pause the scheduler made says so.
+            return format_html(
+                '{}<span class="posixcron-describe posixcron-paused-reason">{}</span>',
+                state,
+                obj.paused_reason,
+            )
+        return state
+
+    def recent_runs(self, obj: Task) -> SafeString:
+        """Return the strip of recent runs; on the list page only, filled for the whole page
+        at once by get_changelist_instance(). In the last-run cell, so no column is added
+        to a list that already fills the page's width."""
+        runs = getattr(obj, "posixcron_recent_runs", None)
+        return history.strip(obj, runs) if runs else mark_safe("")
 
     @admin.display(description=_("last run"), ordering="last_run_started_at")
     def last_run_display(self, obj: Task) -> SafeString:
@@ -113,8 +128,14 @@ class TaskAdmin(TaskStateActions):
             status = display.status_badge(obj.last_run_status)
             assert obj.last_run_finished_at is not None
             took = display.duration(obj.last_run_finished_at - obj.last_run_started_at)
+        strip = self.recent_runs(obj)
         return format_html(
-            "{}<br>{} {}", when(obj.last_run_started_at, obj.timezone, now), status, took
+            "{}<br>{} {}{}{}",
+            when(obj.last_run_started_at, obj.timezone, now),
+            status,
+            took,
+            mark_safe("<br>") if strip else "",
+            strip,
         )
 
     @admin.display(description=_("next run"), ordering="next_run_at")
@@ -215,6 +236,16 @@ class TaskAdmin(TaskStateActions):
 
     # The list page ---------------------------------------------------------------------
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # One query for the strips of the whole page, whatever its size; the list keeps
+        # the evaluated rows, so the attributes set here are the ones it renders.
+        page = list(changelist.result_list)
+        recent = history.recent_runs(task.pk for task in page)
+        for task in page:
+            setattr(task, "posixcron_recent_runs", recent.get(task.pk, []))  # noqa: B010
+        return changelist
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -262,6 +293,9 @@ class TaskAdmin(TaskStateActions):
             "posixcron_upcoming": self._upcoming(obj),
             "posixcron_can_view_runs": can_view_runs,
             "posixcron_recent_runs": self._recent_runs(obj) if can_view_runs else [],
+            "posixcron_chart": (
+                history.chart(obj, history.chart_points(obj)) if can_view_runs else ""
+            ),
             "posixcron_all_runs_url": reverse("admin:django_posixcron_run_changelist")
             + f"?task={obj.pk}",
             "posixcron_can_pause": obj.declared and self.has_pause_permission(request, obj),

@@ -14,23 +14,23 @@ The parts:
 - ``problems``: ``Invalid``, what a validator raises, and ``problem()``, the one place a
   message is built from the path, the value, what was expected and the hint.
 
-Adding a task key, say ``"pause_after_failures": N``:
+Adding a task key (``"pause_after_failures": N`` was added this way):
 
 1. Give it a check id in ``ids.py`` (the next free number; never renumber) and a line in the
    table of ids in ``docs/settings.rst``.
 2. Write its validator, ``(value, path) -> normalised value``, raising ``Invalid`` with the
    id, the shape of the message (``Form``), what was expected and a hint. A shared one may
-   already fit::
+   already fit, and ``optional()`` lets ``None`` through::
 
-       Key("pause_after_failures", positive_int(E_PAUSE_AFTER, "Use e.g. 3 ..."), default=None)
+       Key("pause_after_failures", optional(positive_int(E_PAUSE_AFTER, "Use e.g. 5 ...")),
+           default=None)
 
-   (with ``None`` let through, as ``delay(..., none_allowed=True)`` does for ``timeout``).
 3. Add the row to ``TASK`` in ``task.py``, where the hint for unknown keys should list it.
    A default read from another setting uses ``default_from`` (``enqueue`` takes the top-level
    ``ENQUEUE``, as ``timezone`` takes ``settings.TIME_ZONE``); a required key gives an
    ``example`` instead.
 4. A rule across keys is a ``Rule`` on the same table: ``start_deadline`` only with
-   ``enqueue``; ``takes_context`` joins the ``needs`` of ``takes_kwargs``, which then binds
+   ``enqueue``; ``takes_context`` is among the ``needs`` of ``takes_kwargs``, which binds
    the signature with the context first. The frequency guard is such a rule.
 5. Add the field to ``TaskDeclaration`` (named like the key, or say ``attribute=``), and to
    ``definition()`` if it changes what runs: that changes the hash of every task whose value

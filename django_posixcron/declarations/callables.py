@@ -150,17 +150,19 @@ _cached_async_kind = _per_callable(_async_kind)
 
 
 def takes_kwargs(values: Mapping[str, Any]) -> None:
-    """Refuse kwargs that the callable's signature cannot bind."""
+    """Refuse kwargs that the callable's signature cannot bind (after the context, if taken)."""
     dotted, kwargs = values["callable"], values["kwargs"]
     signature = _signature(import_string(dotted))
     if signature is None:
         return
+    context = values.get("takes_context", False)
     try:
-        signature.bind(**kwargs)
+        signature.bind(*(("context",) if context else ()), **kwargs)
     except TypeError as error:
+        called = "a RunContext first and " if context else ""
         raise Invalid(
             E_SIGNATURE,
             Form.ASSIGNED,
-            f"cannot be called with the declared kwargs {show(kwargs)}: {error}.",
+            f"cannot be called with {called}the declared kwargs {show(kwargs)}: {error}.",
             f"Make the kwargs match the signature {dotted.rsplit('.', 1)[-1]}{signature}.",
         ) from None

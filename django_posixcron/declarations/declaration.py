@@ -31,10 +31,17 @@ class TaskDeclaration:
     overlap: str = DEFAULT_OVERLAP
     timeout: dt.timedelta | None = None
     description: str = ""
+    # Pass a RunContext first. It changes what runs, so it is part of the definition, but
+    # only when set: the hash of every task that does not take it stays as it was.
+    takes_context: bool = False
+    # Pause after this many failures in a row: a policy read from settings when an outcome is
+    # written, not part of what runs, so not in the definition.
+    pause_after_failures: int | None = None
 
     def definition(self) -> dict[str, Any]:
         """Return the definition as plain JSON-able values, the input of the hash."""
-        return {
+        extra = {"takes_context": True} if self.takes_context else {}
+        return extra | {
             "name": self.name,
             "schedule": self.schedule,
             "callable": self.callable_path,

@@ -22,7 +22,9 @@ from django_posixcron.declarations.ids import (
     E_DESCRIPTION,
     E_MISSING_KEY,
     E_OVERLAP,
+    E_PAUSE_AFTER,
     E_RETRY_DELAY,
+    E_TAKES_CONTEXT,
     E_TASK_NOT_A_DICT,
     E_TIMEOUT,
     E_TIMEZONE,
@@ -32,7 +34,14 @@ from django_posixcron.declarations.kwargs import kwargs
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean
 from django_posixcron.declarations.schedule import frequency_guard, schedule
 from django_posixcron.declarations.table import Key, Report, Rule, Table
-from django_posixcron.declarations.values import NUL_DETAIL, choice, delay
+from django_posixcron.declarations.values import (
+    NUL_DETAIL,
+    boolean,
+    choice,
+    delay,
+    optional,
+    positive_int,
+)
 
 NAME_MAX_LENGTH = 100  # Task.name max_length
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
@@ -115,10 +124,29 @@ TASK = Table(
             default=None,
         ),
         Key("description", description, default=""),
+        Key(
+            "takes_context",
+            boolean(
+                E_TAKES_CONTEXT,
+                "True passes a django_posixcron.RunContext as the callable's first argument.",
+            ),
+            default=False,
+        ),
+        Key(
+            "pause_after_failures",
+            optional(
+                positive_int(
+                    E_PAUSE_AFTER,
+                    "Use e.g. 5 to pause the task after its fifth failure in a row, or leave "
+                    "the key out never to pause it.",
+                )
+            ),
+            default=None,
+        ),
     ),
     rules=(
         Rule(on="schedule", needs=("schedule", "POLL_INTERVAL"), check=frequency_guard),
-        Rule(on="callable", needs=("callable", "kwargs"), check=takes_kwargs),
+        Rule(on="callable", needs=("callable", "kwargs", "takes_context"), check=takes_kwargs),
     ),
     unknown_id=E_UNKNOWN_TASK_KEY,
     missing_id=E_MISSING_KEY,

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_posixcron.conf import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_FAILING_AFTER,
     DEFAULT_HISTORY_DAYS,
     DEFAULT_POLL_INTERVAL,
     MAX_HISTORY_DAYS,
@@ -20,6 +21,7 @@ from django_posixcron.conf import (
 from django_posixcron.declarations.declaration import TaskDeclaration
 from django_posixcron.declarations.ids import (
     E_CONCURRENCY,
+    E_FAILING_AFTER,
     E_HISTORY_DAYS,
     E_NOT_A_DICT,
     E_POLL_INTERVAL,
@@ -93,6 +95,15 @@ SETTINGS = Table(
                 most=MAX_HISTORY_DAYS,
             ),
             default=DEFAULT_HISTORY_DAYS,
+        ),
+        Key(
+            "FAILING_AFTER",
+            positive_int(
+                E_FAILING_AFTER,
+                f"Use e.g. {DEFAULT_FAILING_AFTER} (the default): the failed runs in a row "
+                "that send task_failing.",
+            ),
+            default=DEFAULT_FAILING_AFTER,
         ),
     ),
     rules=(),

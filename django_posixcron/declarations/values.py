@@ -72,6 +72,26 @@ def positive_int(id: str, hint: str, *, most: int | None = None) -> Validator:
     return validate
 
 
+def optional(validate: Validator) -> Validator:
+    """Return `validate` with None let through (the key's "not set")."""
+
+    def validate_optional(value: object, path: KeyPath) -> Any:
+        return None if value is None else validate(value, path)
+
+    return validate_optional
+
+
+def boolean(id: str, hint: str) -> Validator:
+    """Return a validator of True or False (not 1, not "yes": a typo is not a choice)."""
+
+    def validate(value: object, path: KeyPath) -> bool:
+        if not isinstance(value, bool):
+            raise Invalid(id, Form.EXPECTED, "True or False", hint)
+        return value
+
+    return validate
+
+
 def choice(id: str, choices: Sequence[str], hint: str) -> Validator:
     """Return a validator of one of `choices`."""
 

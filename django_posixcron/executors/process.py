@@ -79,13 +79,14 @@ class _Child:
         self.lifeline = Connection(lifeline_write, readable=False)
         self.kill_at: float | None = None
 
-    def send(self, key: int, declaration: Declared) -> None:
-        """Tell the child what to run."""
+    def send(self, key: int, declaration: Declared, args: tuple[Any, ...] = ()) -> None:
+        """Tell the child what to run (`args`: the run context, pickled across)."""
         payload = (
             os.environ.get("DJANGO_SETTINGS_MODULE", ""),
             declaration.callable_path,
             dict(declaration.kwargs or {}),
             key,
+            args,
         )
         # A child that died at start-up reports nothing; the wait loop says so.
         with contextlib.suppress(BrokenPipeError):
@@ -121,7 +122,7 @@ class ProcessExecutor(ThreadExecutor):
         self._stopping: set[int] = set()
         self._killed = False
 
-    def invoke(self, key: int, declaration: Declared) -> None:
+    def invoke(self, key: int, declaration: Declared, context: object | None = None) -> None:
         """Call the callable in a child process; raise TaskCodeError if it failed there."""
         with self._cond:
             # Started under the lock, so that kill_all() cannot miss a child.
@@ -130,7 +131,7 @@ class ProcessExecutor(ThreadExecutor):
             child = _Child()
             self._children[key] = child
         try:
-            child.send(key, declaration)
+            child.send(key, declaration, () if context is None else (context,))
             result = self._wait(key, child)
         finally:
             child.close()
@@ -251,7 +252,12 @@ def child_main(lifeline_fd: int, result_fd: int) -> None:
 
 
 def _run(
-    result_fd: int, settings_module: str, callable_path: str, kwargs: dict[str, Any], key: int
+    result_fd: int,
+    settings_module: str,
+    callable_path: str,
+    kwargs: dict[str, Any],
+    key: int,
+    args: tuple[Any, ...] = (),
 ) -> None:
     """In the run's process: set Django up, call the task, report how it went."""
     results = Connection(result_fd, readable=False)
@@ -262,7 +268,7 @@ def _run(
         from django.utils.module_loading import import_string
 
         django.setup()
-        refuse_unrun(import_string(callable_path)(**kwargs))
+        refuse_unrun(import_string(callable_path)(*args, **kwargs))
         message: tuple[str, ...] = ("ok",)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too
         message = ("error", describe_exception(exc), traceback.format_exc())

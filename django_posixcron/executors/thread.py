@@ -47,10 +47,14 @@ class ThreadExecutor:
         """Call `callback` whenever a slot frees up (the loop sleeps until then when full)."""
         self._wakeup = callback
 
-    def invoke(self, key: int, declaration: Declared) -> None:
-        """Call the task's callable in this (the run's) thread; exceptions propagate."""
+    def invoke(self, key: int, declaration: Declared, context: object | None = None) -> None:
+        """Call the task's callable in this (the run's) thread; exceptions propagate.
+
+        `context` (the RunContext of a task that takes it) goes first.
+        """
         # What runs is always resolved from settings, never from a path stored in the database.
-        refuse_unrun(declaration.resolve()(**dict(declaration.kwargs or {})))
+        args = () if context is None else (context,)
+        refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
 
     def free_slots(self) -> int:
         with self._cond:

@@ -14,6 +14,8 @@ from django.db.models import Count, Subquery, Sum, Value
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import bulk, rules
+from django_posixcron.scheduling.alerts import any_overdue
+from django_posixcron.scheduling.counting import count_runs
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -66,6 +68,8 @@ class Claimer:
                 runs = self.write_locked(planned)
             else:
                 runs = self.write_compare_and_set(planned)
+            # A skip is final when inserted; the other runs are counted with their outcome.
+            count_runs((run for run, _ in runs if run.status == RunStatus.SKIPPED), self.using)
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
         return started, [run for run, _ in runs if run.status == RunStatus.SKIPPED]
 
@@ -125,8 +129,13 @@ class Claimer:
         )
         if claimed.trigger is None or claimed.scheduled_for is None:
             return claimed.changes, None
+        occurrence, attempt = rules.attempt_of(
+            claimed.trigger, claimed.scheduled_for, task.retry_occurrence, task.retry_attempt
+        )
         run = Run(
             task=task,
+            occurrence=occurrence,
+            attempt=attempt,
             trigger=claimed.trigger,
             status=RunStatus.SKIPPED if claimed.skipped else RunStatus.RUNNING,
             scheduled_for=claimed.scheduled_for,
@@ -254,6 +263,8 @@ class Peek:
     # (count, sum of ids) of the live processes declaring another set than ours: it changes
     # when one of them starts, stops or goes stale (rollout.py).
     others: tuple[int, int]
+    # An active task due before the overdue threshold awaits its task_overdue (alerts.py).
+    overdue: bool = False
 
 
 def peek(
@@ -263,9 +274,11 @@ def peek(
     *,
     with_clock: bool,
     live_since: dt.datetime,
+    overdue_before: dt.datetime | None = None,
 ) -> Peek:
-    """Return the database clock, the earliest due_at this process may claim, and who else
-    is live with another declaration set, in one query.
+    """Return the database clock, the earliest due_at this process may claim, who else is
+    live with another declaration set, and whether an active task due before
+    `overdue_before` awaits its task_overdue, in one query.
 
     `live_since` is the oldest heartbeat that still counts as live.
     """
@@ -292,6 +305,9 @@ def peek(
         )
     )
     fields = ["next_due", "others_count", "others_sum"]
+    if overdue_before is not None:
+        query = query.annotate(overdue=any_overdue(overdue_before, using))
+        fields.append("overdue")
     if with_clock and has_clock(using):
         query = query.annotate(db_now=DatabaseNow())
         fields.append("db_now")
@@ -303,4 +319,5 @@ def peek(
         row.get("db_now"),
         row["next_due"],
         (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
+        bool(row.get("overdue")),
     )

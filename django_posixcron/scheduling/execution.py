@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from django_posixcron.context import RunContext
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling.outcomes import (
@@ -114,7 +115,8 @@ class Runs:
         status, error, tb = RunStatus.SUCCEEDED, "", ""
         try:
             # What runs is always resolved from settings, never from the stored path.
-            self.executor.invoke(run.pk, inflight.declaration)
+            context = RunContext.of(run) if inflight.declaration.takes_context else None
+            self.executor.invoke(run.pk, inflight.declaration, context)
         except TaskCodeError as exc:
             status, error = RunStatus.FAILED, cap(exc.error)
             tb = cap(exc.remote_traceback, keep_tail=True)

@@ -28,8 +28,8 @@ from django.utils import timezone as dj_timezone
 from django_posixcron.conf import get_settings
 from django_posixcron.db import app_alias, database_now
 from django_posixcron.executors import Executor, ThreadExecutor
-from django_posixcron.models import Run, SchedulerProcess
-from django_posixcron.scheduling import liveness, rules, shutdown
+from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, peek
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
@@ -109,6 +109,7 @@ class TickResult:
     skipped: list[Run] = dataclasses.field(default_factory=list)
     lost: list[Run] = dataclasses.field(default_factory=list)
     timed_out: list[Run] = dataclasses.field(default_factory=list)
+    overdue: list[Task] = dataclasses.field(default_factory=list)  # task_overdue sent for
     next_due_at: dt.datetime | None = None
     wake_in: float = 0.0
 
@@ -161,6 +162,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._clock_offset = dt.timedelta(0)
+        self._overdue_checked_at: dt.datetime | None = None
         self.outage = Outage(self.stale_after)
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
@@ -255,6 +257,9 @@ class Scheduler:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
+        # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
+        # database clock when no instant is given (a threshold, not a due-ness judgement).
+        overdue_before = self._overdue_before(now or self.now())
         # Liveness is a fact about real time, even in a tick driven at another instant.
         peeked = peek(
             self.using,
@@ -262,6 +267,7 @@ class Scheduler:
             self.claimer.mismatched,
             with_clock=not explicit,
             live_since=self.now() - self.stale_after,
+            overdue_before=overdue_before,
         )
         db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
@@ -280,6 +286,8 @@ class Scheduler:
                 self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
+        if peeked.overdue and overdue_before is not None:
+            result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
         if next_due is not None and next_due <= now and not self.stopping:
             limit = min(self.batch_size, self.executor.free_slots())
@@ -295,6 +303,18 @@ class Scheduler:
         self.pruner.prune(now)
         result.wake_in = self._wake_in(result, limit)
         return result
+
+    def _overdue_before(self, now: dt.datetime) -> dt.datetime | None:
+        """Return the due time before which a task is overdue, once per POLL_INTERVAL.
+
+        Looked for at most once a poll interval: a backlog (thousands of tasks due at once,
+        worked through in many quick ticks) must not pay for it at every tick.
+        """
+        poll = dt.timedelta(seconds=self.poll_interval)
+        if self._overdue_checked_at is not None and now < self._overdue_checked_at + poll:
+            return None
+        self._overdue_checked_at = now
+        return now - poll
 
     def _wake_in(self, result: TickResult, limit: int) -> float:
         now = result.now

@@ -10,11 +10,14 @@ import threading
 from typing import Any
 
 from django.db import close_old_connections, connections, transaction
+from django.utils import timezone as dj_timezone
 
+from django_posixcron.conf import get_settings
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
-from django_posixcron.signals import run_finished
+from django_posixcron.scheduling.counting import count_runs
+from django_posixcron.signals import run_finished, run_lost, task_failing
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.outcomes")
@@ -52,11 +55,13 @@ class Outcome:
     traceback: str = ""
 
 
-def send_robust(sig: Any, run: Run) -> None:
-    """Send `sig` for `run`; log what a receiver raises and carry on."""
+def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
+    """Send `sig` (for `run`, or with `kwargs`); log what a receiver raises and carry on."""
     from django_posixcron.scheduler import Scheduler
 
-    for receiver, result in sig.send_robust(sender=Scheduler, run=run):
+    if run is not None:
+        kwargs["run"] = run
+    for receiver, result in sig.send_robust(sender=Scheduler, **kwargs):
         if isinstance(result, BaseException):
             logger.error(
                 "signal receiver %r raised %r; ignored",
@@ -68,7 +73,7 @@ def send_robust(sig: Any, run: Run) -> None:
 
 
 class Notifier:
-    """Send run_finished from a thread of its own once started; inline before that.
+    """Send run_finished and the alert signals from a thread of its own once started.
 
     "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
     the heartbeat." A scheduler driven by tick() alone (tests, the benchmark) has no thread
@@ -76,7 +81,7 @@ class Notifier:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Any, dict[str, Any]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
@@ -91,13 +96,17 @@ class Notifier:
             self._thread.start()
 
     def finished(self, run: Run) -> None:
+        self.send(run_finished, run=run)
+
+    def send(self, sig: Any, **kwargs: Any) -> None:
+        """Send `sig` with `kwargs` off the loop thread (inline when there is no thread)."""
         if self._thread is None:
-            send_robust(run_finished, run)
+            send_robust(sig, **kwargs)
             return
         with self._lock:
             self._pending += 1
             self._idle.clear()
-        self._queue.put(run)
+        self._queue.put((sig, kwargs))
 
     def stop(self, timeout: float) -> bool:
         """Send what is queued (waiting up to `timeout`), then end the thread."""
@@ -107,7 +116,7 @@ class Notifier:
         drained = self._idle.wait(timeout)
         if not drained:
             logger.warning(
-                "signal receivers still busy after %.0f s; %d run_finished signal(s) not sent",
+                "signal receivers still busy after %.0f s; %d signal(s) not sent",
                 timeout,
                 self._pending,
                 extra={"action": "signals_abandoned"},
@@ -116,9 +125,9 @@ class Notifier:
         return drained
 
     def _serve(self) -> None:
-        while (run := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
             try:
-                send_robust(run_finished, run)
+                send_robust(item[0], **item[1])
             finally:
                 with self._lock:
                     self._pending -= 1
@@ -198,9 +207,19 @@ def write_outcomes(
             ],
             using,
         )
-        _record_task_outcomes(recorded, task_rows, using)
+        failing = _record_task_outcomes(recorded, task_rows, using, signals=notifier is not None)
+        count_runs((o.run for o in recorded), using)
     _announce(recorded, current, notifier)
+    for task, failures, paused in failing:
+        _send(notifier, task_failing, task=task, failures=failures, paused=paused)
     return recorded
+
+
+def _send(notifier: Notifier | None, sig: Any, **kwargs: Any) -> None:
+    # Without a notifier (the forced exit, which has 2 s and holds a transaction) nothing is
+    # sent, as for run_finished.
+    if notifier is not None:
+        notifier.send(sig, **kwargs)
 
 
 def _announce(recorded: list[Outcome], previous: dict[int, str], notifier: Notifier | None) -> None:
@@ -215,6 +234,10 @@ def _announce(recorded: list[Outcome], previous: dict[int, str], notifier: Notif
                 extra={"action": "late_outcome", "task": o.run.task.name, "run_id": o.run.pk},
             )
         log_finished(o.run)
+        if o.status == RunStatus.LOST:
+            # Recorded by this process alone: the run rows were locked, and an outcome is
+            # taken only over a running run, so this is the one run_lost of its episode.
+            _send(notifier, run_lost, run=o.run)
         if notifier is not None:
             notifier.finished(o.run)
 
@@ -231,27 +254,110 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
         .select_for_update()
         .filter(pk__in=sorted(task_ids))
         .order_by("pk")
-        .values("pk", "next_run_at", "run_requested_at", "retry_at")
+        .values(
+            "pk",
+            "next_run_at",
+            "run_requested_at",
+            "retry_at",
+            "retry_occurrence",
+            "retry_attempt",
+            "consecutive_failures",
+            "failing_signalled",
+            "paused",
+        )
     }
 
 
+# The task fields an outcome writes, in the order of the rows _record_task_outcomes builds.
+TASK_OUTCOME_FIELDS = [
+    "last_run_status",
+    "last_run_finished_at",
+    "retry_at",
+    "due_at",
+    "retry_occurrence",
+    "retry_attempt",
+    "consecutive_failures",
+    "failing_signalled",
+]
+
+
 def _record_task_outcomes(
-    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str
-) -> None:
-    """Apply finished runs to their tasks: last_run_*, and the retry rule on retry_at/due_at."""
+    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str, *, signals: bool
+) -> list[tuple[Task, int, bool]]:
+    """Apply finished runs to their tasks: last_run_*, the retry rule, the failure streak.
+
+    Return the (task, failures, paused) to send task_failing for: the task rows are locked
+    by this transaction, so only this process sees the streak cross its threshold.
+    """
     touched: dict[int, tuple[Any, ...]] = {}
+    failing: dict[int, tuple[Task, int, bool]] = {}
     for o in sorted(outcomes, key=lambda o: o.finished_at):
         row = rows.get(o.run.task_id)
         if row is None:
             continue
-        row["retry_at"] = rules.retry_after_outcome(
+        retry_at = rules.retry_after_outcome(
             o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
         )
+        if retry_at is not None and retry_at != row["retry_at"]:
+            # The retry this failure sets up retries this run's occurrence, one attempt on.
+            row["retry_occurrence"] = o.run.occurrence or o.run.scheduled_for
+            row["retry_attempt"] = o.run.attempt
+        row["retry_at"] = retry_at
+        alert = _apply_streak(o, row, using, signals=signals)
+        if alert is not None:
+            failing[row["pk"]] = alert
         due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
-        touched[row["pk"]] = (row["pk"], o.status, o.finished_at, row["retry_at"], due)
-    update_many(
-        Task,
-        ["last_run_status", "last_run_finished_at", "retry_at", "due_at"],
-        list(touched.values()),
-        using,
+        row["last_run_status"], row["last_run_finished_at"], row["due_at"] = (
+            o.status,
+            o.finished_at,
+            due,
+        )
+        touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
+    update_many(Task, TASK_OUTCOME_FIELDS, list(touched.values()), using)
+    return list(failing.values())
+
+
+def _apply_streak(
+    o: Outcome, row: dict[str, Any], using: str, *, signals: bool
+) -> tuple[Task, int, bool] | None:
+    """Count the outcome into the task's failure streak; pause if its policy says so.
+
+    Return what to send task_failing with, if anything. Without `signals` (the forced exit)
+    an episode is not marked signalled, so the writer of the next failure sends it.
+    """
+    conf = get_settings()
+    task = o.run.task
+    pause_after = conf.pause_after_failures.get(task.name)
+    streak = rules.failure_streak(
+        o.status,
+        row["consecutive_failures"],
+        row["failing_signalled"],
+        failing_after=conf.failing_after,
+        pause_after=pause_after,
+        paused=row["paused"],
     )
+    row["consecutive_failures"] = task.consecutive_failures = streak.failures
+    if signals or not streak.send:
+        row["failing_signalled"] = streak.signalled
+    if streak.pause:
+        row["paused"] = task.paused = True
+        task.paused_reason = _pause(task, streak.failures, pause_after, using)
+    return (task, streak.failures, streak.pause) if streak.send else None
+
+
+def _pause(task: Task, failures: int, pause_after: int | None, using: str) -> str:
+    """Pause a task whose failures reached its pause_after_failures; return why."""
+    reason = (
+        f"Paused automatically after {failures} failed runs in a row "
+        f"(pause_after_failures = {pause_after})."
+    )
+    Task.objects.using(using).filter(pk=task.pk).update(
+        paused=True, paused_reason=reason, updated_at=dj_timezone.now()
+    )
+    logger.warning(
+        "task %s paused after %d failed runs in a row",
+        task.name,
+        failures,
+        extra={"action": "auto_paused", "task": task.name},
+    )
+    return reason

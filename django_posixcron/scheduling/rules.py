@@ -112,6 +112,28 @@ def after_claim(
     return Claimed(changes, trigger, scheduled_for, skipped=decided is not None and overlapping)
 
 
+def attempt_of(
+    trigger: str,
+    scheduled_for: dt.datetime,
+    retry_occurrence: dt.datetime | None,
+    retry_attempt: int,
+) -> tuple[dt.datetime, int]:
+    """Return (occurrence, attempt) of a run the claim fires.
+
+    "occurrence (the cron occurrence the run serves: for a retry, the one whose failure it
+    retries; for a manual run, the request instant), attempt (1 for an occurrence's first run,
+    +1 for each retry of it, whatever ended the previous run: failed, timed out, lost or
+    interrupted; a cron occurrence that consumes a pending retry is attempt 1 of itself)."
+    The task row carries the failed run's occurrence and attempt until its retry fires.
+    """
+    if trigger == Trigger.RETRY and retry_occurrence is not None:
+        return retry_occurrence, retry_attempt + 1
+    if trigger == Trigger.RETRY:
+        # A retry recorded before runs knew their occurrence: at least the second attempt.
+        return scheduled_for, 2
+    return scheduled_for, 1
+
+
 def retry_after_outcome(
     status: str,
     finished_at: dt.datetime,
@@ -142,3 +164,41 @@ def accepts_outcome(current_status: str, status: str) -> bool:
         # Two peers marking the same dead process's run lost: the second changes nothing.
         return status != RunStatus.LOST
     return current_status == RunStatus.RUNNING
+
+
+@dataclasses.dataclass(frozen=True)
+class Streak:
+    """A task's failures in a row after an outcome, and what they set off."""
+
+    failures: int
+    signalled: bool  # this episode's task_failing has been sent (now or before)
+    send: bool = False  # send task_failing with this outcome
+    pause: bool = False  # pause the task with this outcome
+
+
+def failure_streak(
+    status: str,
+    failures: int,
+    signalled: bool,
+    *,
+    failing_after: int,
+    pause_after: int | None,
+    paused: bool = False,
+) -> Streak:
+    """Return the streak after an outcome with `status`.
+
+    "task_failing(sender, task, failures, paused) — FAILING_AFTER consecutive failed runs
+    (default 3; retries count; a success ends the episode). The task key
+    "pause_after_failures": N pauses the task right after its Nth consecutive failure (no
+    further run), sends task_failing with paused=True". A pause is sent even when the episode
+    was already signalled: it is news to whoever watches. A task resumed while its streak
+    goes on is paused again by its next failure.
+    """
+    if status == RunStatus.SUCCEEDED:
+        return Streak(0, False)
+    if status not in FAILURE_STATUSES:
+        return Streak(failures, signalled)
+    failures += 1
+    pause = pause_after is not None and failures >= pause_after and not paused
+    send = pause or (not signalled and failures >= failing_after)
+    return Streak(failures, signalled or send, send=send, pause=pause)

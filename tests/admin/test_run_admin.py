@@ -200,3 +200,18 @@ def test_process_admin_is_read_only(superuser):
     url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
     assert client.get(url).status_code == 200
     assert client.post(url, {"hostname": "other"}).status_code == 403
+
+
+def test_a_retry_shows_the_occurrence_it_serves_and_its_attempt(superuser):
+    task = make_task(name="retried", timezone="Europe/Berlin")
+    occurrence = dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC)
+    retry = make_run(
+        task,
+        trigger=Trigger.RETRY,
+        scheduled_for=occurrence + dt.timedelta(minutes=5),
+        occurrence=occurrence,
+        attempt=2,
+    )
+    html = client_for(superuser).get(run_url(retry)).content.decode()
+    assert "2030-01-07 11:00 CET" in html  # the occurrence, in the task's zone
+    assert '<div class="readonly">2</div>' in html

@@ -295,6 +295,17 @@ CASES = [
         "'0,1 3 * * *'",
         "less often",
     ),
+    ("posixcron.E027", one_task(**task(), takes_context=1), "['takes_context']", "1", "True"),
+    ("posixcron.E028", one_task(**task(), pause_after_failures=0), "positive int", "0", "5"),
+    ("posixcron.E028", one_task(**task(), pause_after_failures=True), "positive int", "True", "5"),
+    ("posixcron.E029", {"FAILING_AFTER": 0}, "settings.POSIXCRON['FAILING_AFTER']", "0", "3"),
+    (
+        "posixcron.E013",
+        one_task(**task(), takes_context=True, kwargs={"a": 1}),
+        "cannot be called with a RunContext first and the declared kwargs",
+        "'tests.testapp.jobs.noop'",
+        "Make the kwargs match",
+    ),
 ]
 
 

@@ -44,39 +44,39 @@ class TestAddingAKey:
         keys=(
             *TASK.keys,
             Key(
-                "pause_after_failures",
-                positive_int("posixcron.E999", "Use e.g. 3 to pause after three failures."),
+                "notify_after_failures",
+                positive_int("posixcron.E999", "Use e.g. 3 to notify after three failures."),
                 default=1,
             ),
         ),
     )
 
     def test_its_mistakes_are_reported_with_path_value_and_hint(self):
-        _, valid, problems = check(self.table, task(pause_after_failures=0))
+        _, valid, problems = check(self.table, task(notify_after_failures=0))
         assert not valid
         assert problems == [
             (
                 "posixcron.E999",
-                "settings.POSIXCRON['TASKS']['t']['pause_after_failures'] is misconfigured. "
+                "settings.POSIXCRON['TASKS']['t']['notify_after_failures'] is misconfigured. "
                 "Expected a positive int but got 0.",
-                "Use e.g. 3 to pause after three failures.",
-                "settings.POSIXCRON['TASKS']['t']['pause_after_failures']",
+                "Use e.g. 3 to notify after three failures.",
+                "settings.POSIXCRON['TASKS']['t']['notify_after_failures']",
             )
         ]
 
     def test_its_value_and_default(self):
-        values, valid, problems = check(self.table, task(pause_after_failures=5))
-        assert (valid, problems, values["pause_after_failures"]) == (True, [], 5)
+        values, valid, problems = check(self.table, task(notify_after_failures=5))
+        assert (valid, problems, values["notify_after_failures"]) == (True, [], 5)
         values, _, _ = check(self.table, task())
-        assert values["pause_after_failures"] == 1
+        assert values["notify_after_failures"] == 1
 
     def test_the_unknown_key_hint_lists_it(self):
-        _, _, [(check_id, msg, hint, path)] = check(self.table, task(pause_after_failure=5))
+        _, _, [(check_id, msg, hint, path)] = check(self.table, task(notify_after_failure=5))
         assert check_id == "posixcron.E006"
-        assert msg == "settings.POSIXCRON['TASKS']['t'] has an unknown key 'pause_after_failure'."
-        assert path == "settings.POSIXCRON['TASKS']['t']['pause_after_failure']"
-        assert hint.startswith("Did you mean 'pause_after_failures'? Known keys: schedule, ")
-        assert hint.endswith(", description, pause_after_failures.")
+        assert msg == "settings.POSIXCRON['TASKS']['t'] has an unknown key 'notify_after_failure'."
+        assert path == "settings.POSIXCRON['TASKS']['t']['notify_after_failure']"
+        assert hint.startswith("Did you mean 'notify_after_failures'? Known keys: schedule, ")
+        assert hint.endswith(", pause_after_failures, notify_after_failures.")
 
     def test_a_default_read_from_the_enclosing_table(self):
         table = dataclasses.replace(

@@ -42,6 +42,7 @@ class Tasks:
         timezone: str = "UTC",
         now: dt.datetime = T0,
         next_run_at: dt.datetime | None = None,
+        takes_context: bool = False,
         **fields: Any,
     ) -> Task:
         declaration = TaskDeclaration(
@@ -53,6 +54,7 @@ class Tasks:
             overlap=overlap,
             timeout=None if timeout is None else dt.timedelta(seconds=timeout),
             timezone=timezone,
+            takes_context=takes_context,
         )
         self.declarations[name] = declaration
         if next_run_at is None:

@@ -16,12 +16,30 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
-from django_posixcron.signals import run_finished
+from django_posixcron.signals import run_finished, run_lost
 from tests.testapp.models import Hit
 
 
 def record(label: str = "", task_name: str = "record") -> None:
     Hit.objects.create(task_name=task_name, label=label)
+
+
+def record_context(
+    context: Any, task_name: str = "context", fail: bool = False, path: str = ""
+) -> None:
+    """Record the run context's fields in a Hit (a line of `path`, from another process)."""
+    label = (
+        f"{context.trigger}|{context.attempt}|{context.scheduled_for.isoformat()}"
+        f"|{context.occurrence.isoformat()}"
+    )
+    name = f"{task_name}:{context.task_name}:{context.run_id}"
+    if path:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(f"{name}|{label}\n")
+    else:
+        Hit.objects.create(task_name=name, label=label)
+    if fail:
+        raise RuntimeError(f"{task_name} attempt {context.attempt} fails on purpose")
 
 
 def noop() -> None:
@@ -30,6 +48,12 @@ def noop() -> None:
 
 def fail() -> None:
     raise RuntimeError("boom")
+
+
+def fail_unless_file(path: str) -> None:
+    """Fail while `path` does not exist: a test turns a task's outcome with one file."""
+    if not Path(path).exists():
+        raise RuntimeError(f"{path} does not exist")
 
 
 NOT_CALLABLE = 42
@@ -273,3 +297,11 @@ def _record_signal(sender: object, run: Any, **kwargs: object) -> None:
 
 
 run_finished.connect(_record_signal, dispatch_uid="tests.testapp.jobs.record_signal")
+
+
+def _record_run_lost(sender: object, run: Any, **kwargs: object) -> None:
+    if run.task.kwargs.get("record_signals"):
+        Hit.objects.create(task_name=run.task.name, label=f"run_lost:{run.pk}")
+
+
+run_lost.connect(_record_run_lost, dispatch_uid="tests.testapp.jobs.record_run_lost")

@@ -1,0 +1,1 @@
+"""Integrations with other packages, each behind its optional extra."""

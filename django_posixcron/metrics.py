@@ -1,0 +1,134 @@
+"""The Prometheus series, read from the database so that every process reports one truth.
+
+"Series, label task = task name" (DESIGN section 7); base units, Unix seconds. Nothing here
+is kept in a process's memory: any number of web processes serving the view, and any number
+of schedulers, give the same numbers, and a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, OuterRef, Subquery
+
+from django_posixcron.conf import poll_interval_or_default
+from django_posixcron.db import app_alias, database_now
+from django_posixcron.models import Run, RunCount, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import stale_after
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+# Not a status runs can have until runs are handed off to Django Tasks; the series is there
+# from the start so dashboards and alerts need no change then.
+QUEUED = "queued"
+
+
+def _latest(runs: Any, field: str) -> Subquery:
+    """Return `field` of the task's latest run among `runs`, "latest" by scheduled time.
+
+    By scheduled_for, not by finish or start: the (task, scheduled_for) index then finds it
+    at once however long the history is, where sorting a task's runs by another column
+    would read all of them at every scrape.
+    """
+    return Subquery(runs.order_by("-scheduled_for", "-pk").values(field)[:1])
+
+
+def task_rows(using: str) -> list[dict[str, Any]]:
+    """Return each declared task's state and its latest runs' figures, in one query."""
+    lag = ExpressionWrapper(F("started_at") - F("scheduled_for"), output_field=DurationField())
+    ran = Run.objects.filter(task=OuterRef("pk")).exclude(status=RunStatus.SKIPPED)
+    query: Any = (
+        Task.objects.using(using)
+        .filter(declared=True)
+        .annotate(
+            last_duration=_latest(ran.filter(finished_at__isnull=False), "duration"),
+            fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
+            last_success=_latest(ran.filter(status=RunStatus.SUCCEEDED), "finished_at"),
+        )
+        .order_by("name")
+        .values("name", "paused", "due_at", "last_duration", "fire_lag", "last_success")
+    )
+    return list(query)
+
+
+def _seconds(value: dt.timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _timestamp(value: dt.datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+class DatabaseCollector:
+    """A prometheus_client collector of the scheduler's series, read at each scrape."""
+
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using
+
+    def describe(self) -> list[Metric]:
+        # Describing would read the database at registration: say nothing instead.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        using = app_alias(self.using)
+        now = database_now(using)
+        poll_interval = poll_interval_or_default()
+        slack = dt.timedelta(seconds=poll_interval)
+
+        runs = CounterMetricFamily(
+            "posixcron_runs",
+            "Runs that reached a final status, by task, status and trigger; never goes down.",
+            labels=["task", "status", "trigger"],
+        )
+        for count in RunCount.objects.using(using).order_by("task_name", "status", "trigger"):
+            runs.add_metric([count.task_name, count.status, count.trigger], count.count)
+        yield runs
+
+        gauges = {
+            name: GaugeMetricFamily(f"posixcron_{name}", text, labels=["task"])
+            for name, text in (
+                ("last_run_duration_seconds", "Duration of the task's latest finished run."),
+                ("fire_lag_seconds", "Start of the task's latest run minus its scheduled time."),
+                ("last_success_timestamp_seconds", "Finish of the task's latest succeeded run."),
+                ("next_run_timestamp_seconds", "When the task is next due; absent while paused."),
+                ("task_paused", "1 when the task is paused."),
+                ("task_overdue", "1 when the task is due for more than POLL_INTERVAL."),
+                ("runs_queued", "Runs of the task waiting for a worker."),
+            )
+        }
+        queued = dict(
+            Run.objects.using(using)
+            .filter(status=QUEUED)
+            .values("task__name")
+            .annotate(n=Count("pk"))
+            .values_list("task__name", "n")
+        )
+        for row in task_rows(using):
+            name = row["name"]
+            values = {
+                "last_run_duration_seconds": _seconds(row["last_duration"]),
+                "fire_lag_seconds": _seconds(row["fire_lag"]),
+                "last_success_timestamp_seconds": _timestamp(row["last_success"]),
+                "next_run_timestamp_seconds": None if row["paused"] else _timestamp(row["due_at"]),
+                "task_paused": float(row["paused"]),
+                "task_overdue": float(
+                    not row["paused"] and row["due_at"] is not None and row["due_at"] < now - slack
+                ),
+                "runs_queued": float(queued.get(name, 0)),
+            }
+            for series, value in values.items():
+                if value is not None:
+                    gauges[series].add_metric([name], value)
+        yield from gauges.values()
+
+        alive = SchedulerProcess.objects.using(using).live(now, stale_after(poll_interval)).count()
+        yield GaugeMetricFamily(
+            "posixcron_schedulers_alive",
+            "Scheduler processes whose heartbeat is recent (the schedulerstatus rule).",
+            value=alive,
+        )

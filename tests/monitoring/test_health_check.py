@@ -1,0 +1,52 @@
+"""The django-health-check plugin, through django-health-check's own view."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from django_posixcron.models import RunStatus
+from tests.factories import SchedulerProcessFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHECK = "SchedulerHealthCheck(database=None)"  # how the view names the check
+
+
+def probe(fmt: str = "json") -> tuple[int, dict[str, str] | str]:
+    response = Client().get("/health/", {"format": fmt})
+    body = response.json() if fmt == "json" else response.content.decode()
+    return response.status_code, body
+
+
+def test_no_live_scheduler_is_unhealthy():
+    SchedulerProcessFactory.create(last_heartbeat_at=timezone.now() - dt.timedelta(minutes=5))
+    assert probe() == (500, {CHECK: "Unavailable: no live scheduler"})
+
+
+def test_a_live_scheduler_and_tasks_on_time_is_healthy():
+    SchedulerProcessFactory.create(last_heartbeat_at=timezone.now())
+    TaskFactory.create(next_run_at=timezone.now() + dt.timedelta(minutes=5))
+    assert probe() == (200, {CHECK: "OK"})
+
+
+def test_an_overdue_task_is_unhealthy_past_the_poll_interval():
+    SchedulerProcessFactory.create(last_heartbeat_at=timezone.now())
+    TaskFactory.create(name="late", next_run_at=timezone.now() - dt.timedelta(minutes=2))
+    assert probe() == (500, {CHECK: "Unavailable: 1 overdue task(s)"})
+
+
+def test_a_failing_task_is_reported_but_healthy():
+    SchedulerProcessFactory.create(last_heartbeat_at=timezone.now())
+    TaskFactory.create(name="broken", last_run_status=RunStatus.FAILED)
+    TaskFactory.create(name="also-broken", last_run_status=RunStatus.LOST)
+    assert probe() == (
+        200,
+        {f"{CHECK} failing, not judged unhealthy: also-broken, broken": "OK"},
+    )
+    status, html = probe("html")
+    assert status == 200
+    assert "failing, not judged unhealthy: also-broken, broken" in html

@@ -1,0 +1,198 @@
+"""The metrics view, parsed with prometheus_client's own parser and checked against the rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Max
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_posixcron.db import app_alias
+from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduling.maintenance import Pruner
+from tests.factories import SchedulerProcessFactory
+from tests.harness.tasks import T0
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOUR = dt.timedelta(hours=1)
+
+
+def scrape(client: Client | None = None) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Return {sample name: {labels: value}} as Prometheus would read the view."""
+    response = (client or Client()).get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def per_task(samples: dict[str, Any], name: str) -> dict[str, float]:
+    return {dict(labels)["task"]: value for labels, value in samples.get(name, {}).items()}
+
+
+def run_counts() -> Counter[tuple[str, str, str]]:
+    return Counter(Run.objects.values_list("task__name", "status", "trigger"))
+
+
+@pytest.fixture
+def history(tasks, make_scheduler):
+    """Two hours of a succeeding and a failing task, run by a real scheduler."""
+    tasks("good", next_run_at=T0)
+    tasks("bad", callable_path="tests.testapp.jobs.fail", next_run_at=T0)
+    tasks("resting", next_run_at=T0 + HOUR, paused=True)
+    scheduler = make_scheduler()
+    for now in (T0, T0 + HOUR):
+        scheduler.tick(now)
+        assert scheduler.wait_idle(timeout=10)
+    return scheduler
+
+
+def test_every_series_matches_the_database(history):
+    SchedulerProcessFactory.create(last_heartbeat_at=timezone.now() - dt.timedelta(hours=2))  # dead
+    overdue = Task.objects.create(
+        name="late",
+        schedule="0 * * * *",
+        callable_path="tests.testapp.jobs.noop",
+        timezone="UTC",
+        retry_delay=dt.timedelta(minutes=5),
+        definition_hash="x",
+        due_at=timezone.now() - HOUR,
+        next_run_at=timezone.now() - HOUR,
+    )
+
+    samples = scrape()
+
+    counted = {
+        (labels["task"], labels["status"], labels["trigger"]): value
+        for labels, value in (
+            (dict(key), value) for key, value in samples["posixcron_runs_total"].items()
+        )
+    }
+    assert counted == {key: float(n) for key, n in run_counts().items()}
+    assert counted == {("good", "succeeded", "cron"): 2.0, ("bad", "failed", "cron"): 2.0}
+
+    for name in ("good", "bad"):
+        latest = Run.objects.filter(task__name=name).latest("finished_at")
+        assert latest.duration is not None
+        assert latest.started_at is not None
+        assert per_task(samples, "posixcron_last_run_duration_seconds")[name] == pytest.approx(
+            latest.duration.total_seconds()
+        )
+        assert per_task(samples, "posixcron_fire_lag_seconds")[name] == pytest.approx(
+            (latest.started_at - latest.scheduled_for).total_seconds()
+        )
+    success = Run.objects.filter(task__name="good", status=RunStatus.SUCCEEDED)
+    last_success = success.aggregate(m=Max("finished_at"))["m"]
+    assert per_task(samples, "posixcron_last_success_timestamp_seconds") == {
+        "good": pytest.approx(last_success.timestamp())
+    }
+    due = {t.name: t.due_at.timestamp() for t in Task.objects.filter(paused=False) if t.due_at}
+    assert per_task(samples, "posixcron_next_run_timestamp_seconds") == pytest.approx(due)
+    assert "resting" not in per_task(samples, "posixcron_next_run_timestamp_seconds")
+    assert per_task(samples, "posixcron_task_paused") == {
+        "good": 0.0,
+        "bad": 0.0,
+        "resting": 1.0,
+        "late": 0.0,
+    }
+    assert per_task(samples, "posixcron_task_overdue") == {
+        "good": 0.0,
+        "bad": 0.0,
+        "resting": 0.0,
+        overdue.name: 1.0,
+    }
+    assert set(per_task(samples, "posixcron_runs_queued").values()) == {0.0}
+    # The test's own scheduler beats; the dead process does not count.
+    assert samples["posixcron_schedulers_alive"] == {(): 1.0}
+
+
+def test_the_counter_never_goes_down_whatever_deletes_runs(history):
+    before = scrape()["posixcron_runs_total"]
+    assert sum(before.values()) == 4
+
+    # Pruning everything the scheduler would prune a year from now.
+    Pruner(app_alias(), 30, timezone.now).prune(T0 + dt.timedelta(days=365))
+    assert not Run.objects.exists()
+    assert scrape()["posixcron_runs_total"] == before
+
+    # New runs count on from there.
+    history.tick(T0 + 2 * HOUR)
+    assert history.wait_idle(timeout=10)
+    after_run = scrape()["posixcron_runs_total"]
+    assert sum(after_run.values()) == 6
+
+    # The admin's delete view, and the ORM.
+    admin = User.objects.create_superuser("root", "root@example.com", "x")
+    client = Client()
+    client.force_login(admin)
+    run = Run.objects.filter(task__name="good").get()
+    url = f"/admin/django_posixcron/run/{run.pk}/delete/"
+    assert client.post(url, {"post": "yes"}).status_code == 302
+    Run.objects.all().delete()
+    Task.objects.filter(name="bad").delete()
+    assert scrape()["posixcron_runs_total"] == after_run
+
+
+def test_a_skipped_run_is_counted_when_it_is_recorded(tasks, make_scheduler, gate):
+    name, event = gate
+    tasks(
+        "slow",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        next_run_at=T0,
+    )
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    scheduler.tick(T0 + HOUR)  # still running: this occurrence is skipped
+    counted = scrape()["posixcron_runs_total"]
+    assert counted == {(("status", "skipped"), ("task", "slow"), ("trigger", "cron")): 1.0}
+    event.set()
+    assert scheduler.wait_idle(timeout=10)
+    assert (
+        scrape()["posixcron_runs_total"][
+            (("status", "succeeded"), ("task", "slow"), ("trigger", "cron"))
+        ]
+        == 1.0
+    )
+
+
+def test_the_view_answers_only_get(db):
+    assert Client().post("/metrics").status_code == 405
+
+
+def test_without_prometheus_client_the_error_names_the_extra(db, monkeypatch):
+    # A None entry in sys.modules makes the import fail, as in a project without the extra.
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImproperlyConfigured, match=r"pip install 'django-posixcron\[prometheus\]'"):
+        Client(raise_request_exception=True).get("/metrics")
+
+
+def test_a_scrape_costs_the_same_queries_for_3_tasks_as_for_30(db):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import RunFactory, TaskFactory
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            scrape()
+        return len(captured)
+
+    for _ in range(3):
+        RunFactory.create(task=TaskFactory.create())
+    few = queries()
+    for _ in range(27):
+        RunFactory.create(task=TaskFactory.create())
+    assert queries() == few <= 5

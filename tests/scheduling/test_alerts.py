@@ -1,0 +1,203 @@
+"""Alert signals, once per episode across schedulers; pausing after N failures in a row."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.dispatch import Signal
+
+from django_posixcron.db import app_alias
+from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
+from django_posixcron.signals import run_lost, task_failing, task_overdue
+from tests.factories import SchedulerProcessFactory
+from tests.harness.tasks import T0, Tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MINUTE = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+
+
+class Received(list[dict[str, Any]]):
+    """What one signal's receivers were sent, in order."""
+
+
+@pytest.fixture
+def received() -> Iterator[dict[str, Received]]:
+    found: dict[str, Received] = {}
+    connected = []
+    for name, sig in (("failing", task_failing), ("overdue", task_overdue), ("lost", run_lost)):
+        found[name] = Received()
+
+        def receiver(sender: object, _into: Received = found[name], **kwargs: Any) -> None:
+            kwargs.pop("signal")
+            _into.append(kwargs)
+
+        sig.connect(receiver, weak=False)
+        connected.append((sig, receiver))
+    yield found
+    for sig, receiver in connected:
+        Signal.disconnect(sig, receiver)
+
+
+def fail_until_paused(scheduler: Scheduler, name: str, ticks: int) -> None:
+    """Tick at the task's due time `ticks` times, letting each run finish."""
+    for _ in range(ticks):
+        task = Task.objects.get(name=name)
+        if task.paused or task.due_at is None:
+            return
+        scheduler.tick(max(task.due_at, T0))
+        assert scheduler.wait_idle(timeout=10)
+
+
+def failing_task(tasks: Tasks, settings: Any, **extra: Any) -> Task:
+    # Only the pause_after_failures policy is read from settings here; the rows come from
+    # `tasks`, with the declaration the scheduler holds.
+    settings.POSIXCRON = {"TASKS": {"flaky": {"schedule": "0 * * * *", "callable": "x.y", **extra}}}
+    return tasks(
+        "flaky",
+        callable_path="tests.testapp.jobs.fail",
+        retry_delay=60,
+        next_run_at=T0,
+    )
+
+
+def test_pause_after_failures_pauses_with_one_failing_episode(
+    tasks, make_scheduler, settings, received
+):
+    failing_task(tasks, settings, pause_after_failures=2)
+    scheduler = make_scheduler()
+
+    fail_until_paused(scheduler, "flaky", ticks=5)
+
+    task = Task.objects.get(name="flaky")
+    assert task.paused
+    assert task.paused_reason == (
+        "Paused automatically after 2 failed runs in a row (pause_after_failures = 2)."
+    )
+    # No further run once paused: the occurrence and its one retry.
+    assert list(Run.objects.order_by("pk").values_list("trigger", "status")) == [
+        ("cron", "failed"),
+        ("retry", "failed"),
+    ]
+    [sent] = received["failing"]
+    assert (sent["task"].name, sent["failures"], sent["paused"]) == ("flaky", 2, True)
+
+    # Resuming clears the reason; the next failure (the streak goes on) pauses it again.
+    task.resume()
+    assert Task.objects.get(name="flaky").paused_reason == ""
+    scheduler.tick(T0 + HOUR)
+    assert scheduler.wait_idle(timeout=10)
+    assert Task.objects.get(name="flaky").paused
+    assert [(s["failures"], s["paused"]) for s in received["failing"]] == [(2, True), (3, True)]
+
+
+def test_failing_after_sends_once_per_episode_and_a_success_ends_it(
+    tasks, make_scheduler, settings, received, tmp_path
+):
+    healthy = tmp_path / "healthy"
+    settings.POSIXCRON = {"TASKS": {}, "FAILING_AFTER": 2}
+    tasks(
+        "flaky",
+        callable_path="tests.testapp.jobs.fail_unless_file",
+        kwargs={"path": str(healthy)},
+        retry_delay=60,
+        next_run_at=T0,
+    )
+    scheduler = make_scheduler()
+
+    fail_until_paused(scheduler, "flaky", ticks=4)  # four failures in a row
+    assert [(s["failures"], s["paused"]) for s in received["failing"]] == [(2, False)]
+    assert Task.objects.get(name="flaky").consecutive_failures == 4
+
+    # A success ends the episode; the next two failures start (and signal) another.
+    healthy.touch()
+    fail_until_paused(scheduler, "flaky", ticks=1)
+    assert Task.objects.get(name="flaky").consecutive_failures == 0
+    healthy.unlink()
+    Task.objects.filter(name="flaky").update(next_run_at=T0 + HOUR, due_at=T0 + HOUR)
+    fail_until_paused(scheduler, "flaky", ticks=2)
+    assert [(s["failures"], s["paused"]) for s in received["failing"]] == [
+        (2, False),
+        (2, False),
+    ]
+
+
+def test_task_overdue_is_sent_once_across_schedulers_per_due_time(tasks, make_scheduler, received):
+    # Declared differently by both schedulers (another deploy owns it): nobody claims it.
+    tasks("stuck", next_run_at=T0)
+    Task.objects.filter(name="stuck").update(definition_hash="another-deploy")
+    first, second = make_scheduler(), make_scheduler()
+
+    # 30 s late, past POLL_INTERVAL (1 s here): both see it; the first to tick sends it.
+    first.tick(T0 + dt.timedelta(seconds=30))
+    second.tick(T0 + dt.timedelta(seconds=31))
+    first.tick(T0 + MINUTE)
+
+    [sent] = received["overdue"]
+    assert (sent["task"].name, sent["due_at"]) == ("stuck", T0)
+
+    # A new due time is a new episode (here: a manual request before the cursor).
+    Task.objects.get(name="stuck").request_run(T0 - MINUTE)
+    second.tick(T0 + 2 * MINUTE)
+    first.tick(T0 + 2 * MINUTE)
+    assert [s["due_at"] for s in received["overdue"]] == [T0, T0 - MINUTE]
+
+
+def test_a_task_due_within_the_poll_interval_is_not_overdue(tasks, make_scheduler, received):
+    tasks("busy", next_run_at=T0)
+    Task.objects.filter(name="busy").update(definition_hash="another-deploy")
+    make_scheduler(poll_interval=60).tick(T0 + dt.timedelta(seconds=59))
+    assert received["overdue"] == []
+
+
+def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(tasks, make_scheduler, received):
+    task = tasks("orphan", next_run_at=T0 + HOUR)
+    dead = SchedulerProcessFactory.create(last_heartbeat_at=T0 - HOUR)
+    run = Run.objects.create(
+        task=task,
+        trigger="cron",
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - HOUR,
+        started_at=T0 - HOUR,
+        process=dead,
+        occurrence=T0 - HOUR,
+    )
+    first, second = make_scheduler(), make_scheduler()
+    first.tick(T0)
+    second.tick(T0)
+
+    assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+    [sent] = received["lost"]
+    assert sent["run"].pk == run.pk
+
+
+def test_the_forced_exit_sends_nothing_and_leaves_the_episode_to_the_next_writer(tasks, received):
+    task = tasks("flaky", next_run_at=T0 + HOUR)
+    process = SchedulerProcessFactory.create(last_heartbeat_at=T0)
+
+    def interrupted(i: int, notifier: Notifier | None) -> None:
+        run = Run.objects.create(
+            task=task,
+            trigger="manual",
+            status=RunStatus.RUNNING,
+            scheduled_for=T0 + i * MINUTE,
+            started_at=T0 + i * MINUTE,
+            process=process,
+        )
+        outcome = Outcome(run, RunStatus.INTERRUPTED, T0 + i * MINUTE, "interrupted")
+        assert write_outcomes([outcome], app_alias(), notifier)
+
+    for i in range(3):  # FAILING_AFTER failures, written as the forced exit writes them
+        interrupted(i, None)
+    assert received["failing"] == []
+    assert not Task.objects.get(pk=task.pk).failing_signalled
+
+    interrupted(3, Notifier())  # the next writer has a notifier: the episode is told
+    assert [(s["failures"], s["paused"]) for s in received["failing"]] == [(4, False)]
+    assert Task.objects.get(pk=task.pk).failing_signalled
