@@ -64,3 +64,22 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
         notifier.send(task_overdue, task=task, due_at=due)
         sent.append(task)
     return sent
+
+
+class OverdueWatch:
+    """Say when to look for overdue tasks: at most once per POLL_INTERVAL.
+
+    A backlog (thousands of tasks due at once, worked through in many quick ticks) must not
+    pay for the look at every tick.
+    """
+
+    def __init__(self, poll_interval: float) -> None:
+        self.poll = dt.timedelta(seconds=poll_interval)
+        self.checked_at: dt.datetime | None = None
+
+    def threshold(self, now: dt.datetime) -> dt.datetime | None:
+        """Return the due time before which a task is overdue, or None when not yet time."""
+        if self.checked_at is not None and now < self.checked_at + self.poll:
+            return None
+        self.checked_at = now
+        return now - self.poll

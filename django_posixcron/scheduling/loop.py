@@ -43,10 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_posixcron.scheduler")
 _T = TypeVar("_T")
 
-# Rows due but locked by another scheduler are committed by it within milliseconds; asking
-# again this soon neither spins nor leaves the rest of a large due batch waiting a full poll.
-CONTENDED_RETRY = 0.05
-
 # "The scheduler warns at start-up when host and database clocks differ by more than a second."
 CLOCK_SKEW_WARNING = dt.timedelta(seconds=1)
 
@@ -162,7 +158,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._clock_offset = dt.timedelta(0)
-        self._overdue_checked_at: dt.datetime | None = None
+        self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
         self.outage = Outage(self.stale_after)
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
@@ -259,7 +255,7 @@ class Scheduler:
         self.claimer.refresh_mismatches(now or self.now())
         # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
         # database clock when no instant is given (a threshold, not a due-ness judgement).
-        overdue_before = self._overdue_before(now or self.now())
+        overdue_before = self.overdue_watch.threshold(now or self.now())
         # Liveness is a fact about real time, even in a tick driven at another instant.
         peeked = peek(
             self.using,
@@ -301,38 +297,10 @@ class Scheduler:
                     self.runs.launch(run, declaration, now)
                 result.started = [run for run, _ in started]
         self.pruner.prune(now)
-        result.wake_in = self._wake_in(result, limit)
+        claimed = bool(result.claimed)
+        wait = rules.wake_in(now, self.heartbeat_every, result.next_due_at, limit, claimed)
+        result.wake_in = min([wait, *rules.seconds_until(now, self.runs.deadlines())])
         return result
-
-    def _overdue_before(self, now: dt.datetime) -> dt.datetime | None:
-        """Return the due time before which a task is overdue, once per POLL_INTERVAL.
-
-        Looked for at most once a poll interval: a backlog (thousands of tasks due at once,
-        worked through in many quick ticks) must not pay for it at every tick.
-        """
-        poll = dt.timedelta(seconds=self.poll_interval)
-        if self._overdue_checked_at is not None and now < self._overdue_checked_at + poll:
-            return None
-        self._overdue_checked_at = now
-        return now - poll
-
-    def _wake_in(self, result: TickResult, limit: int) -> float:
-        now = result.now
-        candidates = [self.heartbeat_every]
-        due = result.next_due_at
-        if due is not None:
-            if due > now:
-                candidates.append((due - now).total_seconds())
-            elif limit > 0 and result.claimed:
-                # Claimed what was due (maybe a full batch): the cursors moved, ask again.
-                candidates.append(0.0)
-            elif limit > 0:
-                candidates.append(CONTENDED_RETRY)
-            # limit == 0: every slot is busy; a finishing run wakes the loop.
-        deadlines = self.runs.deadlines()
-        if deadlines:
-            candidates.append((min(deadlines) - now).total_seconds())
-        return max(0.0, min(candidates))
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -202,3 +202,38 @@ def failure_streak(
     pause = pause_after is not None and failures >= pause_after and not paused
     send = pause or (not signalled and failures >= failing_after)
     return Streak(failures, signalled or send, send=send, pause=pause)
+
+
+# Rows due but locked by another scheduler are committed by it within milliseconds; asking
+# again this soon neither spins nor leaves the rest of a large due batch waiting a full poll.
+CONTENDED_RETRY = 0.05
+
+
+def wake_in(
+    now: dt.datetime,
+    heartbeat_every: float,
+    next_due: dt.datetime | None,
+    limit: int,
+    claimed: bool,
+) -> float:
+    """Return how long the loop may sleep after a tick at `now`.
+
+    "Sleep until the earliest due_at or POLL_INTERVAL, whichever is sooner": `limit` is how
+    many runs the tick could claim (0 when every slot is busy: a finishing run wakes the
+    loop), `claimed` whether it claimed any.
+    """
+    candidates = [heartbeat_every]
+    if next_due is not None:
+        if next_due > now:
+            candidates.append((next_due - now).total_seconds())
+        elif limit > 0 and claimed:
+            # Claimed what was due (maybe a full batch): the cursors moved, ask again.
+            candidates.append(0.0)
+        elif limit > 0:
+            candidates.append(CONTENDED_RETRY)
+    return max(0.0, min(candidates))
+
+
+def seconds_until(now: dt.datetime, instants: list[dt.datetime]) -> list[float]:
+    """Return how far each instant is from `now`, never negative (timeouts of runs in flight)."""
+    return [max(0.0, (instant - now).total_seconds()) for instant in instants]

@@ -112,3 +112,26 @@ def test_the_stale_limit_is_longer_than_the_longest_back_off(poll_interval: floa
 
 def test_the_back_off_doubles_from_half_a_second() -> None:
     assert [rules.back_off(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("next_due", "limit", "any_claimed", "expected"),
+    [
+        # "Sleep until the earliest due_at or POLL_INTERVAL, whichever is sooner."
+        (T0 + dt.timedelta(seconds=3), 4, False, 3.0),
+        (T0 + HOUR, 4, False, 10.0),
+        (None, 4, False, 10.0),
+        # Due now and claimed: the cursors moved, ask again at once.
+        (T0, 4, True, 0.0),
+        # Due now, nothing claimed (another scheduler holds the rows): a short retry.
+        (T0, 4, False, rules.CONTENDED_RETRY),
+        # Every slot busy: a finishing run wakes the loop; until then, the heartbeat period.
+        (T0, 0, False, 10.0),
+    ],
+)
+def test_how_long_the_loop_sleeps(next_due, limit, any_claimed, expected):
+    assert rules.wake_in(T0, 10.0, next_due, limit, any_claimed) == expected
+
+
+def test_a_run_deadline_in_the_past_wakes_the_loop_at_once():
+    assert rules.seconds_until(T0, [T0 - MINUTE, T0 + MINUTE]) == [0.0, 60.0]
