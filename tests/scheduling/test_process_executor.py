@@ -7,9 +7,7 @@ import datetime as dt
 import functools
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -17,10 +15,9 @@ from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.executors import ProcessExecutor, TaskCodeError
 from django_posixcron.models import Run, RunStatus
 from tests.harness.tasks import T0
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-T = TypeVar("T")
 
 
 @pytest.mark.parametrize(
@@ -53,14 +50,6 @@ def alive(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
-
-
-def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def started_pids(folder: Path) -> list[int]:

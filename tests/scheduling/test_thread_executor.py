@@ -6,31 +6,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
-from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 
 from django_posixcron.executors import ThreadExecutor
 from django_posixcron.models import Run, RunStatus
 from tests.harness.tasks import T0
+from tests.harness.waiting import wait_until
 from tests.testapp import jobs
 from tests.testapp.models import Hit
-
-T = TypeVar("T")
 
 
 def workers() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("posixcron-worker-"))
-
-
-def wait_until(condition: Callable[[], T], timeout: float = 10, what: str = "the condition") -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 def saturation_records(caplog: pytest.LogCaptureFixture) -> list[str]:
