@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import ROOT, Child, Schedulers, task
+from tests.harness.processes import Child, Schedulers, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -164,19 +162,7 @@ class ForegroundChild(Child):
     """
 
     def __init__(self, label: str, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.label = label
-        self.args = args
-        self.log = log
-        self._log_file = log.open("wb")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "django", "runscheduler", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            process_group=0,
-        )
+        super().__init__(label, args, env, log, process_group=0)
 
     def ctrl_c(self) -> None:
         os.killpg(self.pid, signal.SIGINT)

@@ -74,7 +74,15 @@ def record_task(name: str, schedule: str = "0 0 1 1 *", **extra: Any) -> dict[st
 class Child:
     """One runscheduler subprocess and the file its output goes to."""
 
-    def __init__(self, label: str, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        label: str,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        *,
+        process_group: int | None = None,
+    ) -> None:
         self.label = label
         self.args = args
         self.log = log
@@ -86,6 +94,7 @@ class Child:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            process_group=process_group,
         )
 
     @property
