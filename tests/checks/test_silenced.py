@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -14,8 +10,8 @@ from django.core.management.base import CommandError, SystemCheckError
 
 from django_posixcron.models import SchedulerProcess, Task
 from tests.harness.declaring import task
+from tests.harness.processes import runscheduler_with
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = (
     "- (posixcron.E024) settings.POSIXCRON['TASKS']['every-minute']['schedule'] = '* * * * *' can "
     "fire every minute, more often than settings.POSIXCRON['POLL_INTERVAL'] (120 s). HINT: Lower "
@@ -51,16 +47,7 @@ def test_runscheduler_refuses_silenced_errors_with_a_command_error(silenced, arg
 
 
 def test_manage_py_runscheduler_prints_it_without_a_traceback():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.checks.silenced_settings"}
-    env.pop("DATABASE_URL", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "django", "runscheduler", "--once"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = runscheduler_with("tests.checks.silenced_settings", "--once")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "ImproperlyConfigured" not in proc.stderr

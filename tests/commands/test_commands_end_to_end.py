@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +11,10 @@ from django.core.management.base import CommandError
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
+from tests.harness.processes import runscheduler_with
 from tests.harness.world import hits
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def every_minute(
@@ -110,16 +105,7 @@ def test_status_exit_codes(posixcron):
 
 
 def test_manage_py_runscheduler_exits_non_zero_with_a_readable_message():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.acceptance.bad_settings"}
-    env.pop("DATABASE_URL", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "django", "runscheduler", "--once"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = runscheduler_with("tests.acceptance.bad_settings", "--once")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "settings.POSIXCRON['TASKS']['nightly-report']['schedule']" in proc.stderr

@@ -282,3 +282,18 @@ def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def runscheduler_with(settings_module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `manage.py runscheduler *args` under `settings_module`, without DATABASE_URL."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+    env.pop("DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "django", "runscheduler", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
