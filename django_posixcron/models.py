@@ -28,6 +28,8 @@ class Trigger(models.TextChoices):
 
 
 class RunStatus(models.TextChoices):
+    # Handed to a Django Tasks backend, waiting for a worker (DESIGN section 6).
+    QUEUED = "queued", _("queued")
     RUNNING = "running", _("running")
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
@@ -36,6 +38,9 @@ class RunStatus(models.TextChoices):
     INTERRUPTED = "interrupted", _("interrupted")
     TIMED_OUT = "timed_out", _("timed out")
 
+
+# Not finished yet: a queued run counts as running for overlap=skip, and is never pruned.
+UNFINISHED_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 
 # "A lost, interrupted or timed_out run counts as a failure."
 FAILURE_STATUSES = frozenset(
@@ -260,21 +265,72 @@ class RunQuerySet(models.QuerySet["Run"]):
     def running(self) -> RunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
 
+    def queued(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.QUEUED)
+
+    def unfinished(self) -> RunQuerySet:
+        """Queued or running: the runs overlap=skip waits for."""
+        return self.filter(status__in=UNFINISHED_STATUSES)
+
     def finished(self) -> RunQuerySet:
         """Runs with an outcome: the ones history pruning and the admin may delete."""
-        return self.exclude(status=RunStatus.RUNNING)
+        return self.exclude(status__in=UNFINISHED_STATUSES)
+
+    def handed_off(self) -> RunQuerySet:
+        return self.exclude(backend="")
+
+    def local(self) -> RunQuerySet:
+        return self.filter(backend="")
 
     def orphaned(self, own: SchedulerProcess, heartbeat_before: dt.datetime) -> RunQuerySet:
-        """Running runs of other processes that stopped, went silent, or left no row."""
-        return (
-            self.running()
-            .exclude(process_id=own.pk)
-            .filter(
-                Q(process__isnull=True)
-                | Q(process__last_heartbeat_at__lt=heartbeat_before)
-                | Q(process__stopped_at__isnull=False)
-            )
+        """Running runs of other processes that stopped, went silent, or left no row.
+
+        Only runs executed by schedulers: a handed-off run lives by its worker's heartbeat
+        (silent_workers), never by the scheduler that queued it.
+        """
+        return self.filter(orphaned_q(own, heartbeat_before))
+
+    def silent_workers(self, heartbeat_before: dt.datetime) -> RunQuerySet:
+        """Handed-off runs whose worker stopped heartbeating while running them."""
+        return self.filter(silent_worker_q(heartbeat_before))
+
+    def past_start_deadline(self, now: dt.datetime) -> RunQuerySet:
+        """Queued runs no worker started before their start_deadline."""
+        return self.filter(past_start_deadline_q(now))
+
+    def presumed_lost(
+        self, own: SchedulerProcess, heartbeat_before: dt.datetime, now: dt.datetime
+    ) -> RunQuerySet:
+        """The three above in one query: what a tick marks lost."""
+        return self.filter(
+            orphaned_q(own, heartbeat_before)
+            | silent_worker_q(heartbeat_before)
+            | past_start_deadline_q(now)
         )
+
+
+def orphaned_q(own: SchedulerProcess, heartbeat_before: dt.datetime) -> Q:
+    return (
+        Q(status=RunStatus.RUNNING, backend="")
+        & ~Q(process_id=own.pk)
+        & (
+            Q(process__isnull=True)
+            | Q(process__last_heartbeat_at__lt=heartbeat_before)
+            | Q(process__stopped_at__isnull=False)
+        )
+    )
+
+
+def silent_worker_q(heartbeat_before: dt.datetime) -> Q:
+    return (
+        Q(status=RunStatus.RUNNING)
+        & ~Q(backend="")
+        & (Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=heartbeat_before))
+    )
+
+
+def past_start_deadline_q(now: dt.datetime) -> Q:
+    return Q(status=RunStatus.QUEUED, start_deadline_at__lt=now)
 
 
 class Run(models.Model):
@@ -306,6 +362,16 @@ class Run(models.Model):
     # manual run's: its request instant), and its attempt at it (see DESIGN section 6).
     occurrence = models.DateTimeField(_("occurrence"), null=True, blank=True)
     attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
+    # Hand-off to Django Tasks: the backend alias and the id of its result (empty for a run
+    # executed by a scheduler), when a queued run is lost if no worker started it, the worker
+    # running it (host:pid) and its last heartbeat for this run.
+    backend = models.CharField(_("backend"), max_length=100, blank=True, default="", db_default="")
+    result_id = models.CharField(
+        _("backend result id"), max_length=255, blank=True, default="", db_default=""
+    )
+    start_deadline_at = models.DateTimeField(_("start deadline"), null=True, blank=True)
+    worker = models.CharField(_("worker"), max_length=255, blank=True, default="", db_default="")
+    heartbeat_at = models.DateTimeField(_("worker heartbeat"), null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 
