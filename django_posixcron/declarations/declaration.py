@@ -16,6 +16,25 @@ from django.utils.module_loading import import_string
 # to recover and short enough that a daily job is not silently skipped for a day.
 DEFAULT_RETRY_DELAY = dt.timedelta(seconds=300)
 DEFAULT_OVERLAP = "skip"
+# How long a run handed to a Django Tasks backend may wait for a worker before it is lost.
+DEFAULT_START_DEADLINE = dt.timedelta(seconds=300)
+MIN_START_DEADLINE = dt.timedelta(seconds=10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueue:
+    """Where a handed-off task's runs go: a Django Tasks backend alias, queue and priority.
+
+    ``"enqueue": True`` is all defaults, as Django Tasks' own: backend ``default``, queue
+    ``default``, priority 0.
+    """
+
+    backend: str = "default"
+    queue_name: str = "default"
+    priority: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "queue_name": self.queue_name, "priority": self.priority}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +56,18 @@ class TaskDeclaration:
     # Pause after this many failures in a row: a policy read from settings when an outcome is
     # written, not part of what runs, so not in the definition.
     pause_after_failures: int | None = None
+    # Hand runs to a Django Tasks backend instead of executing them here (DESIGN section 6).
+    # Where a run executes changes which code runs it, so both are in the definition, but
+    # only when set: the hash of every task executed in the scheduler stays as it was.
+    enqueue: Enqueue | None = None
+    start_deadline: dt.timedelta = DEFAULT_START_DEADLINE
 
     def definition(self) -> dict[str, Any]:
         """Return the definition as plain JSON-able values, the input of the hash."""
-        extra = {"takes_context": True} if self.takes_context else {}
+        extra: dict[str, Any] = {"takes_context": True} if self.takes_context else {}
+        if self.enqueue is not None:
+            extra["enqueue"] = self.enqueue.as_dict()
+            extra["start_deadline_us"] = _microseconds(self.start_deadline)
         return extra | {
             "name": self.name,
             "schedule": self.schedule,

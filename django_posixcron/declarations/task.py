@@ -17,6 +17,12 @@ from django_posixcron.declarations.declaration import (
     DEFAULT_RETRY_DELAY,
     TaskDeclaration,
 )
+from django_posixcron.declarations.handoff import (
+    enqueue,
+    start_deadline,
+    start_deadline_needs_enqueue,
+    with_default_deadline,
+)
 from django_posixcron.declarations.ids import (
     E_BAD_NAME,
     E_DESCRIPTION,
@@ -143,9 +149,17 @@ TASK = Table(
             ),
             default=None,
         ),
+        # Hand runs to a Django Tasks backend: the top-level ENQUEUE unless the task says.
+        Key("enqueue", enqueue, default_from=lambda scope: scope["ENQUEUE"]),
+        Key("start_deadline", start_deadline, default=None),
     ),
     rules=(
         Rule(on="schedule", needs=("schedule", "POLL_INTERVAL"), check=frequency_guard),
+        Rule(
+            on="start_deadline",
+            needs=("start_deadline", "enqueue"),
+            check=start_deadline_needs_enqueue,
+        ),
         Rule(on="callable", needs=("callable", "kwargs", "takes_context"), check=takes_kwargs),
     ),
     unknown_id=E_UNKNOWN_TASK_KEY,
@@ -167,6 +181,7 @@ def task(
         return None
     assert isinstance(name, str)
     fields = {key.attribute or key.name: values[key.name] for key in TASK.keys}
+    fields["start_deadline"] = with_default_deadline(fields["start_deadline"])
     return TaskDeclaration(name=name, **fields)
 
 

@@ -19,6 +19,7 @@ from django_posixcron.conf import (
     poll_interval_fault,
 )
 from django_posixcron.declarations.declaration import TaskDeclaration
+from django_posixcron.declarations.handoff import enqueue
 from django_posixcron.declarations.ids import (
     E_CONCURRENCY,
     E_FAILING_AFTER,
@@ -105,6 +106,8 @@ SETTINGS = Table(
             ),
             default=DEFAULT_FAILING_AFTER,
         ),
+        # The default of every task's "enqueue": False runs tasks inside the scheduler.
+        Key("ENQUEUE", enqueue, default=False),
     ),
     rules=(),
     unknown_id=E_UNKNOWN_KEY,

@@ -1,0 +1,111 @@
+"""The hand-off keys: a task's ``enqueue`` (default: top-level ``ENQUEUE``), ``start_deadline``.
+
+DESIGN section 6, settled details: ``True`` means the Django Tasks defaults, a dict names any
+of ``backend``, ``queue_name``, ``priority``; a task's own ``enqueue`` replaces ``ENQUEUE``
+whole, and ``False`` opts it out. ``start_deadline`` (seconds, at least 10, default 300) is valid
+only on a task that is handed off. Whether the backend exists and supports the options is the
+framework's to say: handoff/checks.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from django_posixcron.declarations.declaration import (
+    DEFAULT_START_DEADLINE,
+    MIN_START_DEADLINE,
+    Enqueue,
+)
+from django_posixcron.declarations.ids import E_ENQUEUE, E_START_DEADLINE
+from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean, show
+from django_posixcron.declarations.values import delay, is_number
+
+ENQUEUE_KEYS = ("backend", "queue_name", "priority")
+# Django Tasks' own bounds (TASK_MIN_PRIORITY, TASK_MAX_PRIORITY).
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+_ENQUEUE_HINT = (
+    'Use True (the Django Tasks defaults), False, or a dict such as {"backend": "default", '
+    '"queue_name": "cron", "priority": 0}.'
+)
+
+
+def enqueue(value: object, path: KeyPath) -> Enqueue | None:
+    """Return where runs are handed off, or None for "run inside the scheduler"."""
+    if value is False or value is None:
+        return None
+    if isinstance(value, Enqueue):  # the top-level ENQUEUE, already checked, as a default
+        return value
+    if value is True:
+        return Enqueue()
+    if not isinstance(value, Mapping):
+        raise Invalid(E_ENQUEUE, Form.EXPECTED, "True, False or a dict", _ENQUEUE_HINT)
+    for key in value:
+        if key not in ENQUEUE_KEYS:
+            hint = f"{did_you_mean(key, ENQUEUE_KEYS)}Known keys: {', '.join(ENQUEUE_KEYS)}."
+            raise Invalid(E_ENQUEUE, Form.GOT, f"has an unknown key {show(key)}", hint)
+    options: dict[str, Any] = {}
+    for key in ("backend", "queue_name"):
+        if key in value:
+            given = value[key]
+            if not isinstance(given, str) or not given or "\x00" in given:
+                detail = f"needs {key!r} to be a non-empty str"
+                hint = f"Name the Django Tasks {key.replace('_name', '')} alias, e.g. 'default'."
+                raise Invalid(E_ENQUEUE, Form.GOT, detail, hint)
+            options[key] = given
+    if "priority" in value:
+        priority = value["priority"]
+        if not (is_number(priority) and isinstance(priority, int)) or not (
+            MIN_PRIORITY <= priority <= MAX_PRIORITY
+        ):
+            detail = f"needs 'priority' to be an int from {MIN_PRIORITY} to {MAX_PRIORITY}"
+            hint = "Use e.g. 0, the Django Tasks default priority."
+            raise Invalid(E_ENQUEUE, Form.GOT, detail, hint)
+        options["priority"] = priority
+    return Enqueue(**options)
+
+
+_deadline = delay(
+    E_START_DEADLINE,
+    f"Use e.g. {DEFAULT_START_DEADLINE.total_seconds():.0f} (the default): how long a queued "
+    "run may wait for a worker before it is marked lost and retried.",
+    none_allowed=True,
+)
+
+
+def start_deadline(value: object, path: KeyPath) -> dt.timedelta | None:
+    """Return the start deadline given, None when left out (the default applies)."""
+    deadline: dt.timedelta | None = _deadline(value, path)
+    if deadline is not None and deadline < MIN_START_DEADLINE:
+        hint = (
+            "A worker needs time to pick a run up; use at least "
+            f"{MIN_START_DEADLINE.total_seconds():.0f} seconds."
+        )
+        raise Invalid(
+            E_START_DEADLINE,
+            Form.TOO_SMALL,
+            f"at least {MIN_START_DEADLINE.total_seconds():.0f} seconds",
+            hint,
+        )
+    return deadline
+
+
+def start_deadline_needs_enqueue(values: Mapping[str, Any]) -> None:
+    """Rule: ``start_deadline`` on a task that runs inside the scheduler is a mistake."""
+    if values["start_deadline"] is not None and values["enqueue"] is None:
+        hint = (
+            'Hand the task off with "enqueue": True (or set POSIXCRON["ENQUEUE"]), or remove '
+            "start_deadline: a task run inside the scheduler is never queued."
+        )
+        raise Invalid(
+            E_START_DEADLINE,
+            Form.GOT,
+            "is set, but the task is not handed to a Tasks backend",
+            hint,
+        )
+
+
+def with_default_deadline(deadline: dt.timedelta | None) -> dt.timedelta:
+    return DEFAULT_START_DEADLINE if deadline is None else deadline
