@@ -16,9 +16,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     """Return one error per problem in the settings, all at once."""
     from django_posixcron.declarations import collect
 
-    _, problems = collect()
+    declarations, problems = collect()
     # obj=None like Django's own settings checks: the message names the settings path itself.
-    return [checks.Error(p.msg, hint=p.hint, obj=None, id=p.id) for p in problems]
+    messages: list[checks.CheckMessage] = [
+        checks.Error(p.msg, hint=p.hint, obj=None, id=p.id) for p in problems
+    ]
+    from django_posixcron.handoff.checks import handoff_messages
+
+    # The backends the valid handed-off tasks name.
+    messages += handoff_messages(declarations)
+    return messages
 
 
 @checks.register()

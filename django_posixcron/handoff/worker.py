@@ -1,0 +1,269 @@
+"""What a Tasks worker does with a handed-off run: flip it to running, execute, record.
+
+"The worker resolves the callable from its own settings by task name (never from the
+database), flips the run queued -> running with a conditional update (no row changed: a
+duplicate delivery, logged, nothing runs), runs it, records the outcome and returns normally:
+retries follow retry_delay, never the backend's own retry."
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from functools import cache
+
+from django.core.signals import setting_changed
+from django.db import DatabaseError, close_old_connections, connections
+from django.dispatch import receiver
+
+from django_posixcron.conf import poll_interval_or_default
+from django_posixcron.context import RunContext
+from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
+from django_posixcron.declarations import TaskDeclaration, collect, describe_problems
+from django_posixcron.declarations.problems import Problem
+from django_posixcron.executors.base import describe_exception, refuse_unrun
+from django_posixcron.models import Run, RunStatus
+from django_posixcron.scheduling import rules
+from django_posixcron.scheduling.outcomes import (
+    Notifier,
+    Outcome,
+    cap,
+    send_robust,
+    write_outcomes,
+)
+from django_posixcron.signals import run_started
+
+logger = logging.getLogger("django_posixcron.worker")
+
+
+@cache
+def _declared() -> tuple[dict[str, TaskDeclaration], list[Problem]]:
+    return collect()
+
+
+@receiver(setting_changed)
+def _refresh(*, setting: str, **kwargs: object) -> None:
+    if setting in ("POSIXCRON", "TIME_ZONE", "USE_TZ"):
+        _declared.cache_clear()
+
+
+def worker_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"[:255]
+
+
+def execute(run_id: int) -> None:
+    """Execute the handed-off run `run_id` here, once; record its outcome.
+
+    Returns normally whatever the task code did: the outcome and its retry are ours to
+    record, never the backend's.
+    """
+    using = app_alias()
+    run = Run.objects.using(using).select_related("task").filter(pk=run_id).first()
+    if run is None:
+        logger.warning(
+            "run %s does not exist (deleted since it was queued); nothing to run",
+            run_id,
+            extra={"action": "handoff_run_missing", "run_id": run_id},
+        )
+        return
+    if not _flip(run, using):
+        return
+    declaration, refusal = _declaration_for(run)
+    if declaration is None:
+        _record(run, RunStatus.FAILED, _finish(run, time.monotonic()), refusal, "", using)
+        return
+    _execute(run, declaration, using)
+
+
+def _flip(run: Run, using: str) -> bool:
+    """Take the run from queued to running here; False when it is not queued any more."""
+    now = database_now(using)
+    label = worker_label()
+    flipped = (
+        Run.objects.using(using)
+        .filter(pk=run.pk, status=RunStatus.QUEUED)
+        .update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, worker=label)
+    )
+    if not flipped:
+        current = Run.objects.using(using).filter(pk=run.pk).values_list("status", flat=True)
+        status = next(iter(current), "deleted")
+        logger.warning(
+            "run %s of task %s is %s, not queued: a duplicate delivery, or a run already "
+            "marked lost; nothing runs",
+            run.pk,
+            run.task.name,
+            status,
+            extra={"action": "duplicate_delivery", "task": run.task.name, "run_id": run.pk},
+        )
+        return False
+    run.status, run.started_at, run.heartbeat_at, run.worker = RunStatus.RUNNING, now, now, label
+    return True
+
+
+def _declaration_for(run: Run) -> tuple[TaskDeclaration | None, str]:
+    """Return the worker's own declaration of the run's task, or why it cannot run it."""
+    declarations, problems = _declared()
+    name = run.task.name
+    declaration = declarations.get(name)
+    if declaration is None:
+        mine = [p for p in problems if f"[{name!r}]" in p.path]
+        if mine:
+            return None, cap(
+                f"Task {name} is declared with errors in this worker's settings "
+                f"({worker_label()}):\n{describe_problems(mine)}"
+            )
+        return None, (
+            f"Task {name} is not declared in this worker's settings ({worker_label()}): "
+            "workers must run the same POSIXCRON settings as the schedulers."
+        )
+    if declaration.definition_hash != run.task.definition_hash:
+        return None, (
+            f"Task {name} is declared differently in this worker's settings "
+            f"({worker_label()}: definition {declaration.definition_hash[:12]}) than in the "
+            f"database ({run.task.definition_hash[:12]}): the worker runs other code than the "
+            "schedulers (a deploy in progress?). Nothing ran; the task's retry rule applies."
+        )
+    return declaration, ""
+
+
+def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
+    started = time.monotonic()
+    logger.info(
+        "run started task=%s trigger=%s scheduled_for=%s run=%s worker=%s",
+        run.task.name,
+        run.trigger,
+        run.scheduled_for.isoformat(),
+        run.pk,
+        run.worker,
+        extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
+    )
+    beat = RunHeartbeat(using, run, declaration, started)
+    beat.start()
+    status, error, tb = RunStatus.SUCCEEDED, "", ""
+    stopping: BaseException | None = None
+    try:
+        send_robust(run_started, run)
+        context = RunContext.of(run) if declaration.takes_context else None
+        args = () if context is None else (context,)
+        # What runs is always resolved from settings, never from the stored path.
+        refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The worker is being stopped (its signal handler raises these in the task's thread),
+        # or the task asked the process to exit: recorded interrupted (the retry rule
+        # applies), then raised again, so the worker's own shutdown goes on.
+        status, stopping = RunStatus.INTERRUPTED, exc
+        error = cap(f"Interrupted on worker {run.worker}: {describe_exception(exc)}")
+        tb = cap(traceback.format_exc(), keep_tail=True)
+    except BaseException as exc:
+        status, error = RunStatus.FAILED, cap(describe_exception(exc))
+        tb = cap(traceback.format_exc(), keep_tail=True)
+    finally:
+        beat.stop()
+    if beat.timed_out:
+        logger.info(
+            "run %s of task %s returned after it was recorded as timed out",
+            run.pk,
+            run.task.name,
+            extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
+        )
+    else:
+        _record(run, status, _finish(run, started), error, tb, using)
+    if stopping is not None:
+        raise stopping
+
+
+def _finish(run: Run, started_monotonic: float) -> dt.datetime:
+    assert run.started_at is not None
+    return run.started_at + dt.timedelta(seconds=time.monotonic() - started_monotonic)
+
+
+def _record(
+    run: Run, status: str, finished_at: dt.datetime, error: str, tb: str, using: str
+) -> bool:
+    """Write the outcome with the scheduler's own rules (retry, streak, signals)."""
+    # An unstarted Notifier sends inline: the worker's receivers see run_finished before
+    # the task returns to the backend.
+    return bool(write_outcomes([Outcome(run, status, finished_at, error, tb)], using, Notifier()))
+
+
+class RunHeartbeat:
+    """Beat for one handed-off run on a thread of its own; record its timeout.
+
+    "A worker heartbeats the run while it executes": every HEARTBEAT_EVERY seconds (or the
+    poll interval, if shorter), by the database clock, as schedulers beat for themselves.
+    "timeout is recorded by the worker": the call cannot be stopped (it runs in the worker's
+    own thread), so past its timeout the run is recorded timed_out and its retry set up.
+    """
+
+    def __init__(self, using: str, run: Run, declaration: TaskDeclaration, started: float) -> None:
+        self.using = using
+        self.run = run
+        self.every = min(poll_interval_or_default(), rules.HEARTBEAT_EVERY)
+        self.deadline = (
+            started + declaration.timeout.total_seconds() if declaration.timeout else None
+        )
+        self.started = started
+        self.timed_out = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._serve, name=f"posixcron-run-{run.pk}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _wait(self) -> float:
+        if self.deadline is None:
+            return self.every
+        return max(0.0, min(self.every, self.deadline - time.monotonic()))
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.wait(self._wait()):
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    self._time_out()
+                    return
+                self._beat()
+        finally:
+            connections.close_all()
+
+    def _beat(self) -> None:
+        stamp = DatabaseNow() if has_clock(self.using) else database_now(self.using)
+        try:
+            Run.objects.using(self.using).filter(pk=self.run.pk).update(heartbeat_at=stamp)
+        except DatabaseError as exc:
+            logger.error(
+                "heartbeat of run %s failed, retrying: %s",
+                self.run.pk,
+                str(exc).strip() or type(exc).__name__,
+                extra={"action": "heartbeat_error", "run_id": self.run.pk},
+            )
+            close_old_connections()
+            connections[self.using].close()
+
+    def _time_out(self) -> None:
+        assert self.deadline is not None
+        limit = dt.timedelta(seconds=self.deadline - self.started)
+        error = (
+            f"Timed out after {limit}. The worker cannot stop Python code: the call may still "
+            "be running in the background."
+        )
+        try:
+            finished = _finish(self.run, self.started)
+            self.timed_out = _record(self.run, RunStatus.TIMED_OUT, finished, error, "", self.using)
+        except DatabaseError:
+            logger.exception(
+                "could not record the timeout of run %s; its outcome will be recorded when it "
+                "returns",
+                self.run.pk,
+                extra={"action": "db_error", "run_id": self.run.pk},
+            )

@@ -1,0 +1,21 @@
+"""The Django Task that workers run for handed-off runs: ``execute_run(run_id)``.
+
+Enqueued by the scheduler on the backend a task's ``enqueue`` names (DESIGN section 6);
+importing this module needs Django 6's ``django.tasks`` or the ``django_tasks`` backport.
+"""
+
+from __future__ import annotations
+
+from django_posixcron.handoff.framework import framework, module_alias
+
+
+@framework().task(backend=module_alias())  # type: ignore[untyped-decorator]
+def execute_run(run_id: int) -> None:
+    """Execute the queued run `run_id` once, here, and record its outcome.
+
+    Takes exactly the run's primary key. A duplicate delivery returns normally and changes
+    nothing.
+    """
+    from django_posixcron.handoff.worker import execute
+
+    execute(run_id)
