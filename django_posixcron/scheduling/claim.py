@@ -12,10 +12,12 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
+from django_posixcron.handoff.enqueue import Enqueuer, queue
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import bulk, rules
 from django_posixcron.scheduling.alerts import any_overdue
 from django_posixcron.scheduling.counting import count_runs
+from django_posixcron.scheduling.outcomes import Outcome
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -39,6 +41,11 @@ class Claimer:
         self.mismatched: dict[int, str] = {}
         self._mismatch_logged: set[tuple[str, str]] = set()
         self._recheck_at: dt.datetime | None = None
+        # Tasks handed to Django Tasks workers: claimed even when no local slot is free.
+        self.handoff_names = sorted(n for n, d in declarations.items() if d.enqueue is not None)
+        self.enqueuer = Enqueuer(using)
+        # Runs the claim's own transaction could not enqueue, recorded failed after commit.
+        self.refused: list[Outcome] = []
 
     def refresh_mismatches(self, now: dt.datetime) -> None:
         if self._recheck_at is None or now >= self._recheck_at:
@@ -51,27 +58,47 @@ class Claimer:
         self._recheck_at = None
 
     def claim(
-        self, now: dt.datetime, limit: int, process: SchedulerProcess
+        self, now: dt.datetime, limit: int, process: SchedulerProcess, *, handoff_only: bool = False
     ) -> tuple[list[tuple[Run, TaskDeclaration]], list[Run]]:
-        """Claim up to `limit` due tasks in one transaction; return (to start, skipped)."""
+        """Claim up to `limit` due tasks in one transaction; return (to start, skipped).
+
+        Runs of handed-off tasks come back `queued`, already enqueued when their backend
+        stores jobs in our database; the caller enqueues the others after commit
+        (enqueue_after_commit). `handoff_only` claims only those tasks: every local slot is
+        busy, but workers elsewhere can take runs.
+        """
         with transaction.atomic(using=self.using):
             query = Task.objects.using(self.using).select_for_update(skip_locked=True).due(now)
             if self.mismatched:
                 query = query.exclude(pk__in=list(self.mismatched))
+            if handoff_only:
+                query = query.filter(name__in=self.handoff_names)
             claimable = self._matching(list(query.order_by("due_at")[:limit]))
             busy = self._busy({t.pk for t, _ in claimable if t.overlap == Overlap.SKIP})
             planned = [
                 (task, declaration, *self.plan(task, now, process, overlapping=task.pk in busy))
                 for task, declaration in claimable
             ]
+            for _, declaration, _, run in planned:
+                if run is not None and run.status == RunStatus.RUNNING and declaration.enqueue:
+                    queue(run, declaration, now)
             if connections[self.using].features.has_select_for_update_skip_locked:
                 runs = self.write_locked(planned)
             else:
                 runs = self.write_compare_and_set(planned)
             # A skip is final when inserted; the other runs are counted with their outcome.
             count_runs((run for run, _ in runs if run.status == RunStatus.SKIPPED), self.using)
+            if self.handoff_names:
+                self.refused += self.enqueuer.in_claim(runs)
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
         return started, [run for run, _ in runs if run.status == RunStatus.SKIPPED]
+
+    def enqueue_after_commit(self, runs: list[tuple[Run, TaskDeclaration]]) -> list[Outcome]:
+        """Enqueue the queued runs on the other backends; return every refused enqueue."""
+        refused, self.refused = self.refused, []
+        if self.handoff_names:
+            refused += self.enqueuer.after_commit(runs)
+        return refused
 
     def _matching(self, rows: list[Task]) -> list[tuple[Task, TaskDeclaration]]:
         """Keep the tasks whose stored definition hash equals this process's declaration."""
@@ -87,9 +114,10 @@ class Claimer:
     def _busy(self, skip_ids: set[int]) -> set[int]:
         if not skip_ids:
             return set()
+        # "overlap: skip counts queued runs as running".
         return set(
             Run.objects.using(self.using)
-            .running()
+            .unfinished()
             .filter(task_id__in=skip_ids)
             .values_list("task_id", flat=True)
         )

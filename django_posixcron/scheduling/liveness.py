@@ -144,18 +144,32 @@ def mark_lost(
     notifier: Notifier,
 ) -> list[Run]:
     """Mark running runs whose process stopped heartbeating as lost; retry applies."""
-    candidates = list(
-        Run.objects.using(using).orphaned(process, now - stale_after).select_related("task")
-    )
+    silence = f"nothing heard for more than {stale_after.total_seconds():.0f} s"
     outcomes = [
-        Outcome(
-            run,
-            RunStatus.LOST,
-            now,
-            f"Lost: scheduler process {run.process_label or 'unknown'} stopped heartbeating "
-            f"(nothing heard for more than {stale_after.total_seconds():.0f} s) while "
-            "this run was running; its outcome is unknown.",
-        )
-        for run in candidates
+        Outcome(run, RunStatus.LOST, now, _why_lost(run, silence))
+        for run in Run.objects.using(using)
+        .presumed_lost(process, now - stale_after, now)
+        .select_related("task")
     ]
     return [o.run for o in write_outcomes(outcomes, using, notifier)] if outcomes else []
+
+
+def _why_lost(run: Run, silence: str) -> str:
+    # Handed-off runs (DESIGN section 6): "a run whose worker went silent is lost; a run
+    # still queued after start_deadline (message lost, no worker running) is lost".
+    if run.status == RunStatus.QUEUED:
+        deadline = f"{run.start_deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+        return (
+            f"Lost: no worker of backend {run.backend!r} started this run within its "
+            f"start_deadline (queued until {deadline}): the message was lost or no worker "
+            "is running."
+        )
+    if run.backend:
+        return (
+            f"Lost: worker {run.worker or 'unknown'} stopped heartbeating ({silence}) while "
+            f"this run was running on backend {run.backend!r}; its outcome is unknown."
+        )
+    return (
+        f"Lost: scheduler process {run.process_label or 'unknown'} stopped heartbeating "
+        f"({silence}) while this run was running; its outcome is unknown."
+    )

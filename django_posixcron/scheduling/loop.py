@@ -33,7 +33,7 @@ from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, peek
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
-from django_posixcron.scheduling.outcomes import Notifier, log_finished
+from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
 from django_posixcron.scheduling.rollout import Rollout
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class TickResult:
 
     now: dt.datetime
     started: list[Run] = dataclasses.field(default_factory=list)
+    queued: list[Run] = dataclasses.field(default_factory=list)  # handed to Django Tasks
     skipped: list[Run] = dataclasses.field(default_factory=list)
     lost: list[Run] = dataclasses.field(default_factory=list)
     timed_out: list[Run] = dataclasses.field(default_factory=list)
@@ -111,7 +112,7 @@ class TickResult:
 
     @property
     def claimed(self) -> list[Run]:
-        return self.started + self.skipped
+        return self.started + self.queued + self.skipped
 
 
 class Scheduler:
@@ -199,12 +200,14 @@ class Scheduler:
         self.pruner.next_at = now
         if self._serving_threads:
             self.heartbeat.start()
+        handed_off = len(self.claimer.handoff_names)
         logger.info(
-            "scheduler started process=%s tasks=%d concurrency=%d poll_interval=%s",
+            "scheduler started process=%s tasks=%d concurrency=%d poll_interval=%s%s",
             self.process.label,
             len(self.declarations),
             self.concurrency,
             self.poll_interval,
+            f" handed_off={handed_off}" if handed_off else "",
             extra={"action": "scheduler_started"},
         )
 
@@ -285,19 +288,35 @@ class Scheduler:
         if peeked.overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
+        handoff_only = False
         if next_due is not None and next_due <= now and not self.stopping:
             limit = min(self.batch_size, self.executor.free_slots())
+            # Every local slot busy: runs handed to workers elsewhere can still be claimed.
+            handoff_only = limit == 0 and bool(self.claimer.handoff_names)
+            if handoff_only:
+                limit = self.batch_size
             if limit > 0:
-                started, result.skipped = self.claimer.claim(now, limit, self.process)
+                started, result.skipped = self.claimer.claim(
+                    now, limit, self.process, handoff_only=handoff_only
+                )
                 # The transaction is closed before any task code runs.
                 for run in result.skipped:
                     log_finished(run)
                     self.notifier.finished(run)
+                refused = self.claimer.enqueue_after_commit(started)
+                if refused:
+                    write_outcomes(refused, self.using, self.notifier)
                 for run, declaration in started:
-                    self.runs.launch(run, declaration, now)
-                result.started = [run for run, _ in started]
+                    if run.backend:  # handed off (or refused by its backend, and recorded)
+                        result.queued.append(run)
+                    else:
+                        self.runs.launch(run, declaration, now)
+                        result.started.append(run)
         self.pruner.prune(now)
         claimed = bool(result.claimed)
+        if handoff_only and not claimed:
+            # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
+            limit = 0
         wait = rules.wake_in(now, self.heartbeat_every, result.next_due_at, limit, claimed)
         result.wake_in = min([wait, *rules.seconds_until(now, self.runs.deadlines())])
         return result

@@ -155,14 +155,19 @@ def retry_after_outcome(
 def accepts_outcome(current_status: str, status: str) -> bool:
     """Return whether an outcome `status` may still be written over a run in `current_status`.
 
-    A running run takes its outcome. So does one already marked lost: "an outcome that
-    arrives for a run already marked lost is still recorded on it (logged and signalled),
-    never dropped". Any other final status stays: it was written by this process (a timeout,
-    the grace period) and the late return is only logged.
+    A running run takes its outcome; a queued one only lost or failed (see below). So does one
+    already marked lost: "an outcome that arrives for a run already marked lost is still
+    recorded on it (logged and signalled), never dropped". Any other final status stays: it
+    was written by this process (a timeout, the grace period) and the late return is only
+    logged.
     """
     if current_status == RunStatus.LOST:
         # Two peers marking the same dead process's run lost: the second changes nothing.
         return status != RunStatus.LOST
+    if current_status == RunStatus.QUEUED:
+        # A handed-off run no worker started: lost past its start_deadline, or failed when
+        # the backend refused it. A worker's own outcome comes after its flip to running.
+        return status in (RunStatus.LOST, RunStatus.FAILED)
     return current_status == RunStatus.RUNNING
 
 
