@@ -225,11 +225,11 @@ def delete_selected(
     Replaces Django's action for runs: it evaluates the selection and renders one hidden
     input per object, which on a year of history is 500,000 rows read and sent back.
     A running run is never deleted: it is still executing, and its outcome must have a row
-    to land on.
+    to land on; nor is a queued one, which a worker is about to execute.
     """
     runs = cast(RunQuerySet, queryset)
     deletable = runs.finished()
-    running = runs.running().count()
+    running = runs.unfinished().count()
     if request.POST.get("post"):
         deleted = delete_in_batches(deletable)
         if deleted:
@@ -292,9 +292,10 @@ def _warn_running(modeladmin: admin.ModelAdmin[Any], request: HttpRequest, count
     modeladmin.message_user(
         request,
         ngettext(
-            "Kept %(count)d running run: it is still executing; delete it once it has finished.",
-            "Kept %(count)d running runs: they are still executing; delete them once they have "
-            "finished.",
+            "Kept %(count)d queued or running run: it is still executing or about to; delete "
+            "it once it has finished.",
+            "Kept %(count)d queued or running runs: they are still executing or about to; "
+            "delete them once they have finished.",
             count,
         )
         % {"count": count},

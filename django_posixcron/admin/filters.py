@@ -45,7 +45,12 @@ class LastStatusFilter(admin.SimpleListFilter):
     parameter_name = "last_run_status__exact"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        finals = [(value, label) for value, label in RunStatus.choices if value != "running"]
+        # A queued run (handed to a worker) is in progress too: "running" finds its task.
+        finals = [
+            (value, label)
+            for value, label in RunStatus.choices
+            if value not in (RunStatus.RUNNING, RunStatus.QUEUED)
+        ]
         return [("running", RunStatus.RUNNING.label), *finals, ("never", _("never run"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:

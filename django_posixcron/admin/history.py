@@ -33,6 +33,7 @@ MARKS = {
     RunStatus.INTERRUPTED: "‖",
     RunStatus.SKIPPED: "\u2013",  # an en dash
     RunStatus.RUNNING: "▶",
+    RunStatus.QUEUED: "…",  # handed to a worker, waiting for it
 }
 
 

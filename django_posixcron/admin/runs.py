@@ -25,7 +25,7 @@ from django_posixcron.admin.display import (
     status_badge,
 )
 from django_posixcron.admin.filters import RunTaskFilter
-from django_posixcron.models import Run, RunStatus
+from django_posixcron.models import UNFINISHED_STATUSES, Run
 
 if TYPE_CHECKING:
     RunAdminBase = admin.ModelAdmin[Run]
@@ -92,6 +92,11 @@ class RunAdmin(RunAdminBase):
         "finished_display",
         "duration_display",
         "process_label",
+        "backend_display",
+        "result_id",
+        "worker",
+        "heartbeat_display",
+        "start_deadline_display",
         "error_display",
         "traceback_display",
     )
@@ -128,6 +133,20 @@ class RunAdmin(RunAdminBase):
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:
         return status_badge(obj.status)
+
+    @admin.display(description=_("backend"))
+    def backend_display(self, obj: Run) -> str:
+        # Handed to a Django Tasks backend (DESIGN section 6), or run by the scheduler.
+        return obj.backend or gettext("— (run by the scheduler)")
+
+    @admin.display(description=_("worker heartbeat"))
+    def heartbeat_display(self, obj: Run) -> str:
+        return in_zone(obj.heartbeat_at, obj.task.timezone) if obj.heartbeat_at else "—"
+
+    @admin.display(description=_("start deadline"))
+    def start_deadline_display(self, obj: Run) -> str:
+        deadline = obj.start_deadline_at
+        return in_zone(deadline, obj.task.timezone) if deadline else "—"
 
     @admin.display(description=_("duration"), ordering="duration")
     def duration_display(self, obj: Run) -> str:
@@ -175,9 +194,10 @@ class RunAdmin(RunAdminBase):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
-        # A running run is still executing: deleted, its outcome would have no row to land
-        # on, and its task would read "running" until the next run. The bulk action skips it.
-        if obj is not None and obj.status == RunStatus.RUNNING:
+        # A running run is still executing (a queued one waits for a worker): deleted, its
+        # outcome would have no row to land on, and its task would read "running" until the
+        # next run. The bulk action skips it.
+        if obj is not None and obj.status in UNFINISHED_STATUSES:
             return False
         return super().has_delete_permission(request, obj)
 

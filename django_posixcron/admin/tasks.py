@@ -226,9 +226,10 @@ class TaskAdmin(TaskStateActions):
             run_admin = self.admin_site._registry.get(Run)
             if run_admin is not None and not run_admin.has_delete_permission(request):
                 perms_needed.add(str(Run._meta.verbose_name_plural))
-        for name in runs.running().values_list("task__name", flat=True).distinct():
+        for name in runs.unfinished().values_list("task__name", flat=True).distinct():
             # A retired task's last run may still be executing; its row must outlive it.
-            perms_needed.add(gettext("%(task)s (a run is still running)") % {"task": name})
+            still = gettext("%(task)s (a run is still queued or running)")
+            perms_needed.add(still % {"task": name})
         model_count = {Task._meta.verbose_name_plural: len(tasks)}
         if run_count:
             model_count[Run._meta.verbose_name_plural] = run_count
