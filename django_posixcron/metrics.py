@@ -21,10 +21,6 @@ from django_posixcron.scheduling.rules import stale_after
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-# Not a status runs can have until runs are handed off to Django Tasks; the series is there
-# from the start so dashboards and alerts need no change then.
-QUEUED = "queued"
-
 
 def _latest(runs: Any, field: str) -> Subquery:
     """Return `field` of the task's latest run among `runs`, "latest" by scheduled time.
@@ -103,7 +99,7 @@ class DatabaseCollector:
         }
         queued = dict(
             Run.objects.using(using)
-            .filter(status=QUEUED)
+            .queued()
             .values("task__name")
             .annotate(n=Count("pk"))
             .values_list("task__name", "n")

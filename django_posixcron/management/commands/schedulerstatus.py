@@ -20,10 +20,12 @@ from django_posixcron.management.common import (
     check_migrated,
     non_negative_float,
 )
-from django_posixcron.models import RunStatus, SchedulerProcess, Task
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import stale_after
 
 UTC = dt.UTC
+# Runs of a kind listed by name; the rest are counted.
+LISTED = 20
 
 
 @dataclasses.dataclass
@@ -39,6 +41,11 @@ class Status:
     problems: list[str]
     # Definition changes live processes disagree on (a rollout in progress); not a problem.
     pending: list[Pending] = dataclasses.field(default_factory=list)
+    # Handed-off runs (DESIGN section 6): how many wait for a worker, and those a live
+    # scheduler would mark lost: queued past their start_deadline, or whose worker went silent.
+    queued: int = 0
+    queued_too_long: list[Run] = dataclasses.field(default_factory=list)
+    silent_workers: list[Run] = dataclasses.field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -72,6 +79,13 @@ def collect(
         problems.append(f"{len(overdue)} overdue task(s)")
     if failing and not ignore_failing:
         problems.append(f"{len(failing)} failing task(s)")
+    runs = Run.objects.using(using).select_related("task").order_by("pk")
+    queued_too_long = list(runs.past_start_deadline(now)[: LISTED + 1])
+    silent = list(runs.silent_workers(now - stale)[: LISTED + 1])
+    if queued_too_long:
+        problems.append(f"{_count(queued_too_long)} run(s) queued past their start_deadline")
+    if silent:
+        problems.append(f"{_count(silent)} run(s) whose worker went silent")
     pending: list[Pending] = []
     if len({p.declaration_set for p in live}) > 1:
         # Only when live processes declare different sets: the common case reads no task.
@@ -86,7 +100,14 @@ def collect(
         paused=tasks.paused().count(),
         active=tasks.active().count(),
         problems=problems,
+        queued=Run.objects.using(using).queued().count(),
+        queued_too_long=queued_too_long[:LISTED],
+        silent_workers=silent[:LISTED],
     )
+
+
+def _count(listed: list[Run]) -> str:
+    return f"more than {LISTED}" if len(listed) > LISTED else str(len(listed))
 
 
 def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
@@ -97,8 +118,9 @@ def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Show live scheduler processes, overdue tasks and failing tasks. Exit 0 when healthy, "
-        "1 when no scheduler is live, a task is overdue or a task is failing."
+        "Show live scheduler processes, overdue and failing tasks, and runs handed to workers. "
+        "Exit 0 when healthy, 1 when no scheduler is live, a task is overdue or failing, or a "
+        "handed-off run is queued past its start deadline or its worker went silent."
     )
     # A probe must answer about the database, even while a deploy has broken settings.
     requires_system_checks: list[str] = []
@@ -184,6 +206,19 @@ class Command(BaseCommand):
                 f"  failing  {task.name}  last run {label} "
                 f"{_ago(now, task.last_run_finished_at)}{retry}"
             )
+        if status.queued or status.queued_too_long or status.silent_workers:
+            write(f"Runs handed to workers: {status.queued} queued")
+        for run in status.queued_too_long:
+            assert run.start_deadline_at is not None
+            write(
+                f"  queued too long  {run.task.name}  run {run.pk} on backend {run.backend!r}, "
+                f"start deadline {run.start_deadline_at.isoformat()}"
+            )
+        for run in status.silent_workers:
+            write(
+                f"  worker silent  {run.task.name}  run {run.pk} on {run.worker or '?'} "
+                f"(backend {run.backend!r}), heartbeat {_ago(now, run.heartbeat_at)}"
+            )
         if status.pending:
             write(f"Deferred definition changes: {len(status.pending)} (a rollout in progress)")
             for change in status.pending:
@@ -221,6 +256,27 @@ class Command(BaseCommand):
                     "retry_at": iso(t.retry_at),
                 }
                 for t in status.failing
+            ],
+            "queued": status.queued,
+            "queued_too_long": [
+                {
+                    "run": r.pk,
+                    "task": r.task.name,
+                    "backend": r.backend,
+                    "result_id": r.result_id,
+                    "start_deadline_at": iso(r.start_deadline_at),
+                }
+                for r in status.queued_too_long
+            ],
+            "silent_workers": [
+                {
+                    "run": r.pk,
+                    "task": r.task.name,
+                    "backend": r.backend,
+                    "worker": r.worker,
+                    "heartbeat_at": iso(r.heartbeat_at),
+                }
+                for r in status.silent_workers
             ],
             "deferred": [
                 {
