@@ -1,12 +1,14 @@
 """Start the example project in one terminal: the admin web server and the scheduler.
 
-    python example_project/demo.py [--port 8000] [--schedulers 1]
+    python example_project/demo.py [--port 8000] [--schedulers 1] [--worker]
 
 Exits 1 at once, with a message, if the port is already taken. Otherwise migrates the
 database (SQLite file example_project/db.sqlite3 unless DATABASE_URL says otherwise), creates
 the demo admin login admin / admin (development only), then starts ``runserver`` and
 ``runscheduler`` as child processes and prints their output line by line, prefixed with [web]
-and [scheduler]. Ctrl-C stops both cleanly and exits 0.
+and [scheduler]. Ctrl-C stops both cleanly and exits 0. With --worker it also starts a Django
+Tasks worker (django-tasks-db's ``db_worker``, prefixed [worker]) and declares a task handed to
+it, "on-a-worker" (EXAMPLE_PROJECT_WORKER=1 for every child).
 
 Once the admin answers it says how long that took: counted from ``make demo`` when the Makefile
 passes its start time in DEMO_STARTED (seconds since the epoch), so installing is included.
@@ -169,6 +171,11 @@ def main() -> int:
         default=1,
         help="runscheduler processes to start side by side (use PostgreSQL for more than one)",
     )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="also start a Django Tasks worker (db_worker) and declare a task handed to it",
+    )
     args = parser.parse_args()
 
     problem = port_problem(args.port)
@@ -181,6 +188,8 @@ def main() -> int:
         say("demo", "WARNING: development only: SECRET_KEY is not set, the demo key is used.")
         # Said once here rather than by every child process that loads the settings.
         env["EXAMPLE_PROJECT_DEV_KEY_WARNED"] = "1"
+    if args.worker:
+        env["EXAMPLE_PROJECT_WORKER"] = "1"
     database = env.get("DATABASE_URL") or f"sqlite:///{HERE / 'db.sqlite3'}"
     say("demo", f"database: {database}")
 
@@ -203,6 +212,8 @@ def main() -> int:
     for number in range(1, args.schedulers + 1):
         prefix = "scheduler" if args.schedulers == 1 else f"scheduler-{number}"
         children.append(Child(prefix, ["runscheduler", "--grace", f"{SCHEDULER_GRACE:g}"], env))
+    if args.worker:
+        children.append(Child("worker", ["db_worker", "--queue-name", "default"], env))
 
     admin_url = f"http://{address}/admin/"
     if wait_until_answering(admin_url + "login/", children, stop):
@@ -211,6 +222,8 @@ def main() -> int:
         say("demo", f"The admin is at {admin_url}  (login admin / admin, development only)")
         say("demo", "Watch 'Scheduled tasks' fill up: runs every minute, 'flaky' fails on odd")
         say("demo", "minutes and its retry succeeds 20 seconds later. Ctrl-C stops everything.")
+        if args.worker:
+            say("demo", "'on-a-worker' is handed to the db_worker every minute: see [worker].")
         say("demo", "")
 
     crashed: Child | None = None

@@ -4,6 +4,7 @@ DATABASE_URL  default: the SQLite file example_project/db.sqlite3
 SECRET_KEY    default: a development key, with a warning on stderr (never deploy it)
 DEBUG         default: on
 TIME_ZONE     default: UTC; the zone of every task that does not name its own
+EXAMPLE_PROJECT_WORKER  set by demo.py --worker: declares "on-a-worker", handed to db_worker
 """
 
 import sys
@@ -40,6 +41,13 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 elif _db["ENGINE"] == "django.db.backends.mysql":
     _db.setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
 
+try:
+    import django.tasks  # noqa: F401  (Django 6: built in)
+
+    TASKS_APPS: list[str] = []
+except ImportError:
+    TASKS_APPS = ["django_tasks"]
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -49,6 +57,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_posixcron",
     "example_project.demo_jobs",
+    # Django Tasks, for the task handed to a worker: django-tasks-db stores its jobs in this
+    # database and `manage.py db_worker` runs them. On Django 5.2 the backport is an app too.
+    *TASKS_APPS,
+    "django_tasks_db",
 ]
 
 MIDDLEWARE = [
@@ -79,6 +91,8 @@ TEMPLATES = [
         },
     }
 ]
+
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 POSIXCRON = {
     "TASKS": {
@@ -125,12 +139,24 @@ POSIXCRON = {
             "description": "Delete heartbeats older than an hour",
         },
     },
+    # (the task handed to a worker is added below when demo.py starts one)
     # At most as long as the shortest schedule interval (one minute); short, so that pausing
     # a task in the admin shows up in the scheduler within seconds.
     "POLL_INTERVAL": 5,
     "CONCURRENCY": 4,
     "HISTORY_DAYS": 7,
 }
+
+if env.bool("EXAMPLE_PROJECT_WORKER", default=False):
+    POSIXCRON["TASKS"]["on-a-worker"] = {
+        "schedule": "* * * * *",
+        "callable": "example_project.demo_jobs.jobs.on_a_worker",
+        "retry_delay": 30,
+        # Handed to the Django Tasks backend "default"; db_worker runs it.
+        "enqueue": True,
+        "start_deadline": 60,
+        "description": "Every minute, on the db_worker that demo.py --worker starts",
+    }
 
 LOGGING = {
     "version": 1,

@@ -19,6 +19,16 @@ def hello(greeting: str = "Hello") -> None:
     logger.info("%s from the scheduler", greeting, extra={"action": "demo_hello"})
 
 
+def on_a_worker() -> None:
+    """Log from the Django Tasks worker that ran it (make demo DEMO_ARGS="--worker")."""
+    logger.info(
+        "Hello from the worker %s:%d",
+        socket.gethostname(),
+        os.getpid(),
+        extra={"action": "demo_worker"},
+    )
+
+
 def flaky() -> None:
     """Fail during the first 15 seconds of odd minutes, so the 20-second retry succeeds."""
     now = timezone.now()
