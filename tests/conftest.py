@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 import pytest
@@ -13,6 +14,21 @@ UTC = dt.UTC
 # driven at explicit instants, a whole deployment reconciled from settings (World), and real
 # runscheduler processes (Schedulers). Its fixtures are available to every test folder.
 pytest_plugins = ["tests.harness.tasks", "tests.harness.world", "tests.harness.processes"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the long multi-process tests where the full matrix already runs them elsewhere.
+
+    `make test FULL=1` runs them in one Django version's suite per database, not in all three
+    (POSIXCRON_SKIP_LONG names why in the others); a plain `make test` runs them.
+    """
+    reason = os.environ.get("POSIXCRON_SKIP_LONG")
+    if not reason:
+        return
+    skip = pytest.mark.skip(reason=f"long multi-process test: {reason}")
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -11,7 +11,14 @@ from factory.declarations import LazyAttribute, LazyFunction, Sequence, SubFacto
 from factory.django import DjangoModelFactory
 
 from django_posixcron.declarations import TaskDeclaration
-from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
+from django_posixcron.models import (
+    UNFINISHED_STATUSES,
+    Run,
+    RunStatus,
+    SchedulerProcess,
+    Task,
+    Trigger,
+)
 
 UTC = dt.UTC
 NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
@@ -89,11 +96,13 @@ class RunFactory(DjangoModelFactory[Run]):
     started_at = LazyAttribute(lambda o: o.scheduled_for)
     finished_at = LazyAttribute(
         lambda o: (
-            None if o.status == RunStatus.RUNNING else o.scheduled_for + dt.timedelta(seconds=1)
+            None if o.status in UNFINISHED_STATUSES else o.scheduled_for + dt.timedelta(seconds=1)
         )
     )
     duration = LazyAttribute(
-        lambda o: None if o.finished_at is None else o.finished_at - o.started_at
+        lambda o: (
+            None if o.finished_at is None or o.started_at is None else o.finished_at - o.started_at
+        )
     )
     error = ""
     traceback = ""

@@ -30,6 +30,13 @@ elif _db["ENGINE"] == "django.db.backends.mysql":
     _db.setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
     _db.setdefault("TEST", {}).update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"})
 
+try:
+    import django.tasks  # noqa: F401  (Django 6: built in, not an app)
+
+    TASKS_APPS: list[str] = []
+except ImportError:
+    TASKS_APPS = ["django_tasks"]  # the backport, on Django 5.2
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -41,6 +48,12 @@ INSTALLED_APPS = [
     "tests.testapp",
     # The plugin's tests go through django-health-check's own view and template.
     "health_check",
+    # The hand-off to Django Tasks (DESIGN section 6): django-tasks-db's backend and
+    # db_worker, and django-tasks-rq's through django-rq.
+    *TASKS_APPS,
+    "django_tasks_db",
+    "django_rq",
+    "django_tasks_rq",
 ]
 
 MIDDLEWARE = [
@@ -72,6 +85,27 @@ TEMPLATES = [
 ]
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# "default" stores jobs in the test database itself (the enqueue commits with the claim); "rq"
+# sends them to the Redis on localhost. Each database's suite runs beside the others in CI,
+# so each uses a Redis database of its own.
+_REDIS_DB = env.int(
+    "POSIXCRON_REDIS_DB",
+    default={"django.db.backends.postgresql": 2, "django.db.backends.mysql": 3}.get(
+        _db["ENGINE"], 1
+    ),
+)
+TASKS = {
+    "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "cron"]},
+    "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]},
+}
+RQ_QUEUES = {
+    "default": {
+        "HOST": env.str("POSIXCRON_REDIS_HOST", default="127.0.0.1"),
+        "PORT": env.int("POSIXCRON_REDIS_PORT", default=6379),
+        "DB": _REDIS_DB,
+    }
+}
 
 POSIXCRON = {
     "TASKS": {},

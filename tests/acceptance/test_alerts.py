@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_scheduler_killed_mid_run_gives_one_run_lost_across_the_survivors(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:

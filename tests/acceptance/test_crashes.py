@@ -30,6 +30,7 @@ def hits(label: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_kill_9_mid_run_is_marked_lost_and_retried(schedulers: Schedulers, tmp_path: Path) -> None:
     # Waits out the scheduler's stale-heartbeat threshold (30 s), on every database: the
     # judgement is by the database clock, which each server keeps its own way.

@@ -30,6 +30,7 @@ def test_statuses_and_triggers_are_the_lowercase_words_of_the_design():
     statuses = {value for value, _ in Run._meta.get_field("status").choices or ()}
     triggers = {value for value, _ in Run._meta.get_field("trigger").choices or ()}
     assert statuses == {
+        "queued",
         "running",
         "succeeded",
         "failed",

@@ -113,6 +113,7 @@ def assert_every_minute_once(name: str, first: dt.datetime, last: dt.datetime) -
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_rolling_deploy_restart_and_rollback_fire_every_minute_exactly_once(
     schedulers: Schedulers,
 ) -> None:

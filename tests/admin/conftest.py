@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from django_posixcron.models import Run, RunStatus, Task, Trigger
+from django_posixcron.models import UNFINISHED_STATUSES, Run, RunStatus, Task, Trigger
 from tests.factories import TaskFactory
 
 
@@ -37,8 +37,8 @@ def make_run(task: Task, **fields: Any) -> Run:
         "trigger": Trigger.CRON,
         "scheduled_for": started,
         "started_at": started,
-        "finished_at": started + duration if status != RunStatus.RUNNING else None,
-        "duration": duration if status != RunStatus.RUNNING else None,
+        "finished_at": None if status in UNFINISHED_STATUSES else started + duration,
+        "duration": None if status in UNFINISHED_STATUSES else duration,
         "status": status,
         "process_label": "web-1:4242",
     }

@@ -74,7 +74,7 @@ def test_deleting_a_hundred_thousand_runs_confirms_by_count_and_deletes_in_batch
     assert confirm.status_code == 200
     html = confirm.content.decode()
     assert f"{HISTORY} runs of history" in html
-    assert "1 selected run is still running and will be kept." in html
+    assert "1 selected run is still queued or running and will be kept." in html
     # The selection travels back as it came (one page and select_across), not as 100,000 keys.
     assert html.count('name="_selected_action"') == len(page)
     assert 'name="select_across" value="1"' in html
@@ -95,7 +95,8 @@ def test_deleting_a_hundred_thousand_runs_confirms_by_count_and_deletes_in_batch
     assert done.status_code == 302
     messages = [str(m) for m in client.get(done["Location"]).context["messages"]]
     assert f"Successfully deleted {HISTORY} runs." in messages
-    assert "Kept 1 running run: it is still executing; delete it once it has finished." in messages
+    kept = "Kept 1 queued or running run: it is still executing or about to; delete it once it"
+    assert f"{kept} has finished." in messages
     assert list(Run.objects.values_list("pk", flat=True)) == [running.pk]
     # Keys are read a batch at a time, and deleted by key.
     unbounded = [sql for sql in selects if "COUNT(" not in sql and "LIMIT" not in sql]
@@ -149,7 +150,7 @@ def test_bulk_delete_of_a_page_skips_running_runs_and_says_so(deleter):
     )
     html = confirm.content.decode()
     assert "2 runs of history" in html
-    assert "1 selected run is still running and will be kept." in html
+    assert "1 selected run is still queued or running and will be kept." in html
     done = client.post(
         RUNS,
         {"action": "delete_selected", "post": "yes", "_selected_action": selected},
@@ -157,7 +158,7 @@ def test_bulk_delete_of_a_page_skips_running_runs_and_says_so(deleter):
     )
     html = done.content.decode()
     assert "Successfully deleted 2 runs." in html
-    assert "Kept 1 running run" in html
+    assert "Kept 1 queued or running run" in html
     assert list(Run.objects.values_list("pk", flat=True)) == [running.pk]
 
 
@@ -183,6 +184,27 @@ def test_a_retired_task_whose_run_is_still_running_cannot_be_deleted(deleter):
     make_run(task, status=RunStatus.RUNNING)
     url = reverse("admin:django_posixcron_task_delete", args=[task.pk])
     confirm = client_for(deleter).get(url)
-    assert "leaving (a run is still running)" in confirm.content.decode()
+    assert "leaving (a run is still queued or running)" in confirm.content.decode()
     assert client_for(deleter).post(url, {"post": "yes"}).status_code == 403
     assert Task.objects.filter(pk=task.pk).exists()
+
+
+def test_a_queued_run_is_kept_like_a_running_one(deleter):
+    task = make_task()
+    queued = make_run(task, status=RunStatus.QUEUED, backend="default")
+    Run.objects.filter(pk=queued.pk).update(started_at=None)  # no worker took it yet
+    old = make_run(task, scheduled_for=queued.scheduled_for - dt.timedelta(hours=1))
+    client = client_for(deleter)
+    done = client.post(
+        RUNS,
+        {
+            "action": "delete_selected",
+            "post": "yes",
+            "_selected_action": [str(queued.pk), str(old.pk)],
+        },
+        follow=True,
+    )
+    assert "Kept 1 queued or running run" in done.content.decode()
+    assert list(Run.objects.values_list("pk", flat=True)) == [queued.pk]
+    single = reverse("admin:django_posixcron_run_delete", args=[queued.pk])
+    assert client.post(single, {"post": "yes"}).status_code == 403

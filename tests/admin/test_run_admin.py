@@ -215,3 +215,42 @@ def test_a_retry_shows_the_occurrence_it_serves_and_its_attempt(superuser):
     html = client_for(superuser).get(run_url(retry)).content.decode()
     assert "2030-01-07 11:00 CET" in html  # the occurrence, in the task's zone
     assert '<div class="readonly">2</div>' in html
+
+
+def test_a_handed_off_run_shows_its_backend_result_id_worker_and_deadlines(superuser):
+
+    task = make_task(name="export")
+    run = make_run(
+        task,
+        status=RunStatus.RUNNING,
+        backend="rq",
+        result_id="5f0c-result",
+        worker="worker-7:311",
+        heartbeat_at=timezone.now(),
+        start_deadline_at=timezone.now() + dt.timedelta(minutes=5),
+    )
+    local = make_run(task, scheduled_for=run.scheduled_for - dt.timedelta(hours=1))
+    client = client_for(superuser)
+
+    page = client.get(reverse("admin:django_posixcron_run_change", args=[run.pk]))
+    html = page.content.decode().lower()
+    for shown in ("rq", "5f0c-result", "worker-7:311", "worker heartbeat", "start deadline"):
+        assert shown in html, shown
+    html = client.get(
+        reverse("admin:django_posixcron_run_change", args=[local.pk])
+    ).content.decode()
+    assert "run by the scheduler" in html
+
+
+def test_the_run_list_filters_on_queued(superuser):
+
+    task = make_task(name="export")
+    queued = make_run(task, status=RunStatus.QUEUED, backend="default")
+    make_run(task, scheduled_for=queued.scheduled_for - dt.timedelta(hours=1))
+
+    page = client_for(superuser).get(
+        reverse("admin:django_posixcron_run_changelist"), {"status__exact": "queued"}
+    )
+
+    assert [r.pk for r in page.context["cl"].result_list] == [queued.pk]
+    assert "?status__exact=queued" in page.content.decode()

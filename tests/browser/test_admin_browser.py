@@ -134,9 +134,9 @@ def test_delete_all_runs_across_pages_keeps_the_running_one(page: Any, artifacts
     page.select_option("select[name=action]", "delete_selected")
     page.click("button[name=index]")
     expect(page.locator("#posixcron-delete-count")).to_contain_text("150 runs of history")
-    expect(page.locator("#posixcron-delete-running")).to_contain_text("still running")
+    expect(page.locator("#posixcron-delete-running")).to_contain_text("still queued or running")
     page.screenshot(path=str(artifacts / "delete-runs-confirm.png"), full_page=True)
     page.click("#posixcron-delete-confirm")
     expect(page.locator("ul.messagelist")).to_contain_text("Successfully deleted 150 runs.")
-    expect(page.locator("ul.messagelist")).to_contain_text("Kept 1 running run")
+    expect(page.locator("ul.messagelist")).to_contain_text("Kept 1 queued or running run")
     assert list(Run.objects.values_list("pk", flat=True)) == [running.pk]

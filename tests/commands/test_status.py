@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django_posixcron.db import database_now
 from django_posixcron.models import RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import stale_after
-from tests.factories import TaskFactory
+from tests.factories import RunFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -217,3 +217,69 @@ def test_broken_poll_interval_settings_fall_back_to_the_default(posixcron, now):
     posixcron({}, POLL_INTERVAL="soon")
     make_process(now, age=dt.timedelta(seconds=25))
     assert status()[0] == 0
+
+
+def test_handed_off_runs_queued_past_their_deadline_or_with_a_silent_worker_are_reported(now):
+    make_process(now)
+    task = make_task("export", now)
+    RunFactory.create(
+        task=task,
+        status=RunStatus.QUEUED,
+        backend="default",
+        started_at=None,
+        start_deadline_at=now + dt.timedelta(minutes=5),
+    )
+    late = RunFactory.create(
+        task=task,
+        status=RunStatus.QUEUED,
+        backend="rq",
+        result_id="abc-123",
+        started_at=None,
+        start_deadline_at=now - SECOND,
+    )
+    silent = RunFactory.create(
+        task=task,
+        status=RunStatus.RUNNING,
+        backend="default",
+        worker="worker-host:77",
+        heartbeat_at=now - stale_after(10.0) - SECOND,
+    )
+    RunFactory.create(  # a worker beating for its run: fine
+        task=task,
+        status=RunStatus.RUNNING,
+        backend="default",
+        worker="worker-host:78",
+        heartbeat_at=now - SECOND,
+    )
+
+    code, out = status()
+
+    assert code == 1
+    assert "Runs handed to workers: 2 queued" in out
+    assert f"queued too long  export  run {late.pk} on backend 'rq'" in out
+    assert f"worker silent  export  run {silent.pk} on worker-host:77" in out
+    assert "1 run(s) queued past their start_deadline" in out
+    assert "1 run(s) whose worker went silent" in out
+
+    code, out = status("--json")
+    data = json.loads(out.split("\nerror:")[0])
+    assert data["queued"] == 2
+    assert [r["result_id"] for r in data["queued_too_long"]] == ["abc-123"]
+    assert [r["worker"] for r in data["silent_workers"]] == ["worker-host:77"]
+
+
+def test_queued_runs_within_their_deadline_are_healthy(now):
+    make_process(now)
+    task = make_task("export", now)
+    RunFactory.create(
+        task=task,
+        status=RunStatus.QUEUED,
+        backend="default",
+        started_at=None,
+        start_deadline_at=now + dt.timedelta(minutes=5),
+    )
+
+    code, out = status()
+
+    assert code == 0, out
+    assert "Runs handed to workers: 1 queued" in out

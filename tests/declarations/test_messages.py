@@ -32,7 +32,7 @@ def test_top_level_near_misses_by_case_get_a_suggestion(key, suggestion):
     assert problem.msg == f"settings.POSIXCRON has an unknown key {key!r}."
     assert problem.hint == (
         f"Did you mean {suggestion!r}? Known keys: TASKS, POLL_INTERVAL, CONCURRENCY, "
-        "HISTORY_DAYS, FAILING_AFTER."
+        "HISTORY_DAYS, FAILING_AFTER, ENQUEUE."
     )
 
 

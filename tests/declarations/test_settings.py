@@ -299,6 +299,35 @@ CASES = [
     ("posixcron.E028", one_task(**task(), pause_after_failures=0), "positive int", "0", "5"),
     ("posixcron.E028", one_task(**task(), pause_after_failures=True), "positive int", "True", "5"),
     ("posixcron.E029", {"FAILING_AFTER": 0}, "settings.POSIXCRON['FAILING_AFTER']", "0", "3"),
+    ("posixcron.E030", {"ENQUEUE": "yes"}, "settings.POSIXCRON['ENQUEUE']", "'yes'", "True"),
+    (
+        "posixcron.E030",
+        one_task(**task(), enqueue={"queue": "cron"}),
+        "has an unknown key 'queue'",
+        "{'queue': 'cron'}",
+        "Did you mean 'queue_name'?",
+    ),
+    (
+        "posixcron.E030",
+        one_task(**task(), enqueue={"priority": 1000}),
+        "'priority' to be an int from -100 to 100",
+        "1000",
+        "default priority",
+    ),
+    (
+        "posixcron.E031",
+        one_task(**task(), enqueue=True, start_deadline=5),
+        "at least 10 seconds",
+        "5",
+        "at least 10",
+    ),
+    (
+        "posixcron.E031",
+        one_task(**task(), start_deadline=60),
+        "not handed to a Tasks backend",
+        "60",
+        '"enqueue": True',
+    ),
     (
         "posixcron.E013",
         one_task(**task(), takes_context=True, kwargs={"a": 1}),
@@ -338,7 +367,10 @@ def test_every_id_is_tested_and_documented():
     from django_posixcron import declarations
 
     ids = {v for k, v in vars(declarations).items() if k.startswith("E_")}
-    tested = {case[0] for case in CASES} | {"posixcron.E025"}
+    # The backends a hand-off names are checked against settings.TASKS by a check of their
+    # own, tested in tests/checks/test_handoff_checks.py.
+    handoff = {"posixcron.E032", "posixcron.E033", "posixcron.E034", "posixcron.E035"}
+    tested = {case[0] for case in CASES} | {"posixcron.E025"} | handoff
     assert ids == tested
     assert ids == {f"posixcron.E{n:03d}" for n in range(1, len(ids) + 1)}
     text = (Path(__file__).parents[2] / "docs" / "settings.rst").read_text("utf-8")

@@ -32,7 +32,8 @@ def check(
     table: Table, definition: dict[str, Any], outer: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], bool, list[tuple[str, str, str, str]]]:
     report = Report()
-    values, valid = table.validate(definition, TASK_PATH, report, outer or {"POLL_INTERVAL": 1.0})
+    top = outer or {"POLL_INTERVAL": 1.0, "ENQUEUE": None}
+    values, valid = table.validate(definition, TASK_PATH, report, top)
     return values, valid, [(p.id, p.msg, p.hint, p.path) for p in report.problems]
 
 
@@ -76,12 +77,18 @@ class TestAddingAKey:
         assert msg == "settings.POSIXCRON['TASKS']['t'] has an unknown key 'notify_after_failure'."
         assert path == "settings.POSIXCRON['TASKS']['t']['notify_after_failure']"
         assert hint.startswith("Did you mean 'notify_after_failures'? Known keys: schedule, ")
-        assert hint.endswith(", pause_after_failures, notify_after_failures.")
+        assert hint.endswith(
+            ", pause_after_failures, enqueue, start_deadline, notify_after_failures."
+        )
 
     def test_a_default_read_from_the_enclosing_table(self):
         table = dataclasses.replace(
             TASK,
-            keys=(*TASK.keys, Key("enqueue", lambda v, path: v, default_from=lambda s: s["ENQ"])),
+            keys=(
+                *[k for k in TASK.keys if k.name != "enqueue"],
+                Key("enqueue", lambda v, path: v, default_from=lambda s: s["ENQ"]),
+            ),
+            rules=(),
         )
         values, valid, _ = check(table, task(), {"POLL_INTERVAL": 1.0, "ENQ": "from-top"})
         assert (valid, values["enqueue"]) == (True, "from-top")

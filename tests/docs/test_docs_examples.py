@@ -167,6 +167,7 @@ def test_every_page_is_in_the_toctree_and_exists():
         "settings",
         "semantics",
         "running",
+        "handoff",
         "admin",
         "operations",
         "comparison",

@@ -188,12 +188,14 @@ def test_make_demo_installs_only_the_demo_and_make_test_still_installs_everythin
 
 
 @pytest.mark.slow
-def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
+@pytest.mark.parametrize("worker", [False, True], ids=["scheduler", "with-worker"])
+def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env, worker):
     port = free_port()
     # As make demo passes it: the demo counts from there.
     env["DEMO_STARTED"] = str(int(time.time()) - 100)
+    flags = ["--worker"] if worker else []
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "example_project" / "demo.py"), "--port", str(port)],
+        [sys.executable, str(ROOT / "example_project" / "demo.py"), "--port", str(port), *flags],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -213,7 +215,9 @@ def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
 
         def up() -> bool:
             output = "".join(lines)
-            return banner in output and "scheduler started" in output
+            # With a worker: the new every-minute task fires at once, on the worker.
+            ran = not worker or ("[worker]" in output and "Hello from the worker" in output)
+            return banner in output and "scheduler started" in output and ran
 
         while not up():
             assert process.poll() is None, "".join(lines)
@@ -236,6 +240,9 @@ def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env):
         assert "[scheduler] " in output
         assert "[demo] web stopped (exit code 0)." in output
         assert "[demo] scheduler stopped (exit code 0)." in output
+        if worker:
+            assert "handed_off=1" in output
+            assert "[demo] worker stopped (exit code 0)." in output
     finally:
         if process.poll() is None:
             process.kill()

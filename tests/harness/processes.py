@@ -82,13 +82,14 @@ class Child:
         log: Path,
         *,
         process_group: int | None = None,
+        command: str = "runscheduler",
     ) -> None:
         self.label = label
         self.args = args
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "django", "runscheduler", *args],
+            [sys.executable, "-m", "django", command, *args],
             cwd=ROOT,
             env=env,
             stdout=self._log_file,
@@ -185,6 +186,32 @@ class Schedulers:
         """Start `runscheduler *args` in the background."""
         label = f"scheduler-{len(self.children) + 1}"
         child = Child(label, list(args), self.env(), self.tmp_path / f"{label}.log")
+        self.children.append(child)
+        return child
+
+    def start_worker(self, backend: str = "default", *args: str) -> Child:
+        """Start a Django Tasks worker for `backend`: django-tasks-db's or an RQ worker.
+
+        Both take jobs from the queue named "default"; an RQ worker works in its own process
+        (no fork per job), so a SIGKILL to it kills the run it executes.
+        """
+        label = f"worker-{len(self.children) + 1}"
+        if backend == "rq":
+            command = "rqworker"
+            args = (
+                "default",
+                "--worker-class",
+                "rq.worker.SimpleWorker",
+                "--job-class",
+                "django_tasks_rq.Job",
+                *args,
+            )
+        else:
+            command = "db_worker"
+            args = ("--backend", backend, "--interval", "0.2", "--no-startup-delay", *args)
+        child = Child(
+            label, list(args), self.env(), self.tmp_path / f"{label}.log", command=command
+        )
         self.children.append(child)
         return child
 

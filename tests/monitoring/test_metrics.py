@@ -196,3 +196,26 @@ def test_a_scrape_costs_the_same_queries_for_3_tasks_as_for_30(db):
     for _ in range(27):
         RunFactory.create(task=TaskFactory.create())
     assert queries() == few <= 5
+
+
+def test_runs_queued_counts_the_runs_waiting_for_a_worker(world):
+    world.settings(
+        {
+            "export": {
+                "schedule": "* * * * *",
+                "callable": "tests.testapp.jobs.noop",
+                "enqueue": True,
+                "overlap": "allow",
+            },
+            "local": {"schedule": "* * * * *", "callable": "tests.testapp.jobs.noop"},
+        }
+    )
+    world.start(T0)
+    for minute in range(3):
+        world.tick(T0 + dt.timedelta(minutes=minute))
+
+    samples = scrape()
+
+    assert per_task(samples, "posixcron_runs_queued") == {"export": 3.0, "local": 0.0}
+    # A queued run has not started: the fire lag is the local task's only.
+    assert set(per_task(samples, "posixcron_fire_lag_seconds")) == {"local"}

@@ -305,3 +305,15 @@ def _record_run_lost(sender: object, run: Any, **kwargs: object) -> None:
 
 
 run_lost.connect(_record_run_lost, dispatch_uid="tests.testapp.jobs.record_run_lost")
+
+
+def chaos_step(context: Any, seconds: float = 1.0) -> None:
+    """Record the start and the end of one run of one occurrence, working `seconds` between.
+
+    The chaos tests kill the process running it at any point; the Hit rows tell which runs
+    started, which ran to the end, and for which occurrence.
+    """
+    label = f"{context.run_id}|{context.occurrence.isoformat()}"
+    Hit.objects.create(task_name=f"chaos:{context.task_name}", label=f"start|{label}")
+    time.sleep(seconds)
+    Hit.objects.create(task_name=f"chaos:{context.task_name}", label=f"end|{label}")

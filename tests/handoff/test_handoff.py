@@ -1,0 +1,408 @@
+"""Runs handed to Django Tasks, in one process: settings in, ticks and worker calls, rows out.
+
+The backend is django-tasks-db's DatabaseBackend on the test database ("default" in
+tests.settings), so the enqueue is a real job row written in the claim's transaction; the
+worker side is the real ``execute_run`` Task, called as a worker calls it. Real worker
+processes are in test_workers.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django_tasks_db.models import DBTaskResult
+
+from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.tasks import execute_run
+from tests.harness.world import MINUTE, T0, hits, record
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def handed_off(name: str, schedule: str = "0 * * * *", **extra: object) -> dict[str, object]:
+    extra.setdefault("enqueue", True)
+    return record(name, schedule, **extra)
+
+
+def deliver(run: Run) -> None:
+    """Do what a worker does with the job the scheduler enqueued for `run`."""
+    job = DBTaskResult.objects.get(pk=run.result_id)
+    assert job.task_path == "django_posixcron.tasks.execute_run"
+    execute_run.call(*job.args_kwargs["args"], **job.args_kwargs["kwargs"])
+
+
+def only_run(name: str) -> Run:
+    return Run.objects.select_related("task").get(task__name=name)
+
+
+def test_a_handed_off_occurrence_is_queued_with_its_job_then_run_once_by_the_worker(world):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+
+    result = world.tick(T0)
+
+    assert [r.status for r in result.queued] == [RunStatus.QUEUED]
+    run = only_run("export")
+    assert (run.status, run.trigger, run.scheduled_for) == ("queued", "cron", T0)
+    assert run.backend == "default"
+    assert run.started_at is None
+    assert run.start_deadline_at == T0 + dt.timedelta(seconds=300)
+    # Enqueued in the claim's transaction: the job row names the run and nothing else.
+    job = DBTaskResult.objects.get(pk=run.result_id)
+    assert job.args_kwargs == {"args": [run.pk], "kwargs": {}}
+    assert (job.queue_name, job.priority, job.backend_name) == ("default", 0, "default")
+    assert hits("export") == 0  # nothing ran inside the scheduler
+
+    deliver(run)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.started_at is not None
+    assert run.finished_at is not None
+    assert run.worker
+    assert run.heartbeat_at is not None
+    assert hits("export") == 1
+    task = Task.objects.get(name="export")
+    assert (task.last_run_status, task.retry_at) == ("succeeded", None)
+
+
+def test_a_duplicate_delivery_runs_nothing_and_changes_nothing(world, caplog):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+    deliver(run)
+    before = Run.objects.filter(pk=run.pk).values().get()
+
+    deliver(run)
+    deliver(run)
+
+    assert hits("export") == 1
+    assert Run.objects.filter(pk=run.pk).values().get() == before
+    assert "a duplicate delivery" in caplog.text
+
+
+def test_queue_priority_and_backend_come_from_enqueue_or_the_top_level_default(world):
+    world.settings(
+        {
+            "own": record("own", "0 * * * *", enqueue={"queue_name": "cron", "priority": 5}),
+            "inherits": record("inherits", "0 * * * *"),
+            "local": record("local", "0 * * * *", enqueue=False),
+        },
+        ENQUEUE={"queue_name": "cron"},
+    )
+    world.start(T0 - MINUTE)
+
+    world.tick(T0)
+
+    jobs = {
+        r.task.name: DBTaskResult.objects.get(pk=r.result_id)
+        for r in Run.objects.select_related("task").exclude(result_id="")
+    }
+    assert {n: (j.queue_name, j.priority) for n, j in jobs.items()} == {
+        "own": ("cron", 5),
+        "inherits": ("cron", 0),
+    }
+    assert only_run("local").status == RunStatus.SUCCEEDED  # ran inside the scheduler
+    assert hits("local") == 1
+
+
+def test_a_failure_on_the_worker_sets_up_our_retry_which_is_handed_off_again(world):
+    world.settings(
+        {
+            "flaky": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.fail",
+                "retry_delay": 60,
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    first = only_run("flaky")
+
+    deliver(first)
+
+    first.refresh_from_db()
+    assert first.status == RunStatus.FAILED
+    assert "Traceback" in first.traceback
+    task = Task.objects.get(name="flaky")
+    assert task.retry_at is not None
+    assert task.retry_attempt == 1
+    world.tick(task.retry_at)
+    retry = Run.objects.get(task__name="flaky", trigger="retry")
+    assert (retry.status, retry.attempt, retry.occurrence) == ("queued", 2, T0)
+    # The job ran once, to its end: the backend records no failure of its own to retry.
+    assert DBTaskResult.objects.filter(pk=first.result_id).exists()
+
+
+def test_a_run_no_worker_starts_within_start_deadline_is_lost_then_retried(world):
+    world.settings({"export": handed_off("export", start_deadline=30, retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+
+    world.tick(T0 + dt.timedelta(seconds=30))  # at the deadline: still waiting
+    assert only_run("export").status == RunStatus.QUEUED
+    result = world.tick(T0 + dt.timedelta(seconds=31))
+
+    run = only_run("export")
+    assert [r.pk for r in result.lost] == [run.pk]
+    assert run.status == RunStatus.LOST
+    assert "start_deadline" in run.error
+    assert "'default'" in run.error
+    task = Task.objects.get(name="export")
+    assert run.finished_at is not None
+    assert task.retry_at == run.finished_at + dt.timedelta(seconds=60)
+    # The late delivery of the lost run's message runs nothing: its retry will.
+    deliver(run)
+    assert hits("export") == 0
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+
+
+def test_a_run_whose_worker_went_silent_is_lost_and_its_late_outcome_still_recorded(world):
+    world.settings({"export": handed_off("export", retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+    # A worker took the run at T0 + 1 s and has not beaten since (killed, or cut off).
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING,
+        started_at=T0 + dt.timedelta(seconds=1),
+        heartbeat_at=T0 + dt.timedelta(seconds=1),
+        worker="worker-host:4242",
+    )
+
+    world.tick(T0 + dt.timedelta(seconds=20))
+    assert only_run("export").status == RunStatus.RUNNING  # silent, not yet stale
+    result = world.tick(T0 + dt.timedelta(seconds=32))
+
+    run = only_run("export")
+    assert [r.pk for r in result.lost] == [run.pk]
+    assert run.status == RunStatus.LOST
+    assert "worker-host:4242" in run.error
+
+
+def test_overlap_skip_counts_a_queued_run_as_running(world):
+    world.settings({"minutely": handed_off("minutely", "* * * * *")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+
+    world.tick(T0 + MINUTE)
+
+    statuses = [r.status for r in Run.objects.order_by("scheduled_for")]
+    assert statuses == ["queued", "skipped"]
+
+
+def test_a_worker_records_the_timeout_it_cannot_stop(world):
+    world.settings(
+        {
+            "slow": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.sleep_for",
+                "kwargs": {"seconds": 2.5},
+                "timeout": 1,
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+
+    deliver(only_run("slow"))
+
+    run = only_run("slow")
+    assert run.status == RunStatus.TIMED_OUT
+    assert "cannot stop Python code" in run.error
+    assert Task.objects.get(name="slow").retry_at is not None
+
+
+def test_the_worker_passes_the_run_context(world):
+    world.settings(
+        {
+            "ctx": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.record_context",
+                "takes_context": True,
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("ctx")
+
+    deliver(run)
+
+    hit = Hit.objects.get()
+    assert hit.task_name == f"context:ctx:{run.pk}"
+    assert hit.label == f"cron|1|{T0.isoformat()}|{T0.isoformat()}"
+
+
+def test_a_worker_whose_settings_differ_records_the_run_failed_and_runs_nothing(world, posixcron):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+
+    # The worker was deployed with other settings: another schedule, then no such task.
+    posixcron({"export": handed_off("export", schedule="30 * * * *")})
+    deliver(run)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "declared differently in this worker's settings" in run.error
+    assert hits("export") == 0
+
+
+def test_a_task_not_declared_on_the_worker_is_a_failure_naming_it(world, posixcron):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+
+    posixcron({})
+    deliver(run)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "Task export is not declared in this worker's settings" in run.error
+
+
+def test_handed_off_tasks_are_claimed_while_every_local_slot_is_busy(world, gate):
+    name, _ = gate
+    world.settings(
+        {
+            "busy": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.blocked",
+                "kwargs": {"gate_name": name},
+            },
+            "export": handed_off("export"),
+        },
+        CONCURRENCY=1,
+    )
+    world.start(T0 - MINUTE, concurrency=1)
+    first = world.tick(T0 - dt.timedelta(seconds=1), wait=False)
+    assert first.claimed == []
+    Task.objects.filter(name="busy").update(
+        next_run_at=T0 - dt.timedelta(seconds=30), due_at=T0 - dt.timedelta(seconds=30)
+    )
+    world.tick(T0 - dt.timedelta(seconds=30), wait=False)  # "busy" takes the only slot
+
+    result = world.tick(T0, wait=False)
+
+    assert [r.task.name for r in result.queued] == ["export"]
+
+
+def test_an_enqueue_the_backend_refuses_is_a_failed_run_with_its_reason(world, settings):
+    # The RQ backend, with its Redis unreachable: the enqueue after commit fails.
+    settings.RQ_QUEUES = {"default": {"HOST": "127.0.0.1", "PORT": 9, "DB": 0}}
+    world.settings({"export": handed_off("export", enqueue={"backend": "rq"}, retry_delay=60)})
+    world.start(T0 - MINUTE)
+
+    world.tick(T0)
+
+    run = only_run("export")
+    assert run.status == RunStatus.FAILED
+    assert "Could not enqueue the run on backend 'rq'" in run.error
+    assert Task.objects.get(name="export").retry_at is not None
+
+
+def test_the_job_commits_with_the_claim_on_the_same_database(world):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+
+    seen = _JobInserts()
+    with connection.execute_wrapper(seen):
+        world.tick(T0)
+
+    assert seen.in_claim == 1, "the job row was not written inside the claim's transaction"
+
+
+class _JobInserts:
+    """Count INSERTs of job rows made inside a transaction (the claim's)."""
+
+    def __init__(self) -> None:
+        self.in_claim = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        table = DBTaskResult._meta.db_table
+        inserts = table in sql and sql.lstrip().upper().startswith("INSERT")
+        if inserts and not context["connection"].get_autocommit():
+            self.in_claim += 1
+        return execute(sql, params, many, context)
+
+
+def test_with_every_slot_busy_and_only_local_tasks_due_the_loop_sleeps(world, gate):
+    name, _ = gate
+    blocked = {"callable": "tests.testapp.jobs.blocked", "kwargs": {"gate_name": name}}
+    world.settings(
+        {
+            "busy": {"schedule": "0 * * * *", **blocked},
+            "waiting": {"schedule": "0 * * * *", **blocked},
+            "export": handed_off("export", schedule="30 * * * *"),
+        },
+        CONCURRENCY=1,
+    )
+    world.start(T0 - MINUTE, concurrency=1)
+    first = world.tick(T0, wait=False)  # one of the local tasks takes the only slot
+    assert len(first.started) == 1
+
+    result = world.tick(T0 + dt.timedelta(seconds=1), wait=False)
+
+    assert result.claimed == []
+    # Not the 50 ms retry of rows locked elsewhere: a finishing run wakes the loop.
+    assert result.wake_in == pytest.approx(1.0)
+
+
+def test_a_worker_being_stopped_mid_run_records_it_interrupted_and_goes_on_stopping(world):
+    world.settings(
+        {
+            "stopped": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.raise_system_exit",
+                "kwargs": {"task_name": "stopped"},
+                "retry_delay": 60,
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+
+    with pytest.raises(SystemExit):
+        deliver(only_run("stopped"))
+
+    run = only_run("stopped")
+    assert run.status == RunStatus.INTERRUPTED
+    assert "SystemExit: 2" in run.error
+    assert Task.objects.get(name="stopped").retry_at is not None
+
+
+def test_the_worker_heartbeats_the_run_while_it_executes(world):
+    world.settings(
+        {
+            "slow": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.sleep_for",
+                "kwargs": {"seconds": 2.5},
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+
+    deliver(only_run("slow"))
+
+    run = only_run("slow")
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.started_at is not None
+    assert run.heartbeat_at is not None
+    # POLL_INTERVAL is 1 s: the worker beat at least twice while the call slept.
+    assert run.heartbeat_at - run.started_at >= dt.timedelta(seconds=1.5)

@@ -1,0 +1,187 @@
+"""Runs handed to real Django Tasks workers: runscheduler processes beside db_worker and RQ.
+
+Settings in, processes started, rows out. django-tasks-db's DatabaseBackend stores its jobs in
+the test database (the enqueue commits with the claim); django-tasks-rq's goes through the
+Redis on localhost, a database of its own per test database (tests.settings).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from django.db.models import Count
+
+from django_posixcron.models import Run, RunStatus, Task
+from tests.harness.processes import Schedulers, record_task, task
+from tests.testapp.models import Hit
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def redis():
+    """Return the Redis connection of the RQ queue, emptied before and after the test."""
+    django_rq = pytest.importorskip("django_rq")
+    connection = django_rq.get_connection("default")
+    try:
+        connection.ping()
+    except Exception as exc:  # redis.ConnectionError and its kin
+        if os.environ.get("CI"):  # .ci/run starts Redis: there it must answer
+            raise AssertionError(f"Redis does not answer: {exc}") from exc
+        pytest.skip(f"no Redis answers for the RQ tests: {exc}")
+    connection.flushdb()
+    yield connection
+    connection.flushdb()
+
+
+def statuses(name: str) -> list[str]:
+    return list(Run.objects.filter(task__name=name).order_by("pk").values_list("status", flat=True))
+
+
+def request_and_wait(schedulers: Schedulers, name: str, count: int) -> None:
+    """Ask for a run of `name`, wait for its outcome; `count` times, one after the other."""
+    succeeded = Run.objects.filter(task__name=name, status=RunStatus.SUCCEEDED)
+    for i in range(1, count + 1):
+        Task.objects.get(name=name).request_run()
+        schedulers.wait_for(
+            functools.partial(lambda n: succeeded.count() >= n, i),
+            what=f"run {i} of {name} to succeed on a worker",
+        )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_db_workers_run_each_requested_run_once_beside_two_schedulers(schedulers, workers):
+    schedulers.configure(
+        {name: record_task(name, enqueue=True) for name in ("alpha", "beta")},
+    )
+    schedulers.start_live(2)
+    for _ in range(workers):
+        schedulers.start_worker()
+
+    for name in ("alpha", "beta"):
+        request_and_wait(schedulers, name, 3)
+
+    for name in ("alpha", "beta"):
+        assert statuses(name) == ["succeeded"] * 3
+        assert Hit.objects.filter(task_name=name).count() == 3
+    runs = Run.objects.all()
+    assert all(r.backend == "default" and r.result_id and r.worker for r in runs)
+
+
+@pytest.mark.long
+def test_a_killed_worker_leaves_its_run_lost_then_the_retry_runs_on_another(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "long": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "long"},
+                retry_delay=1,
+                enqueue=True,
+            )
+        }
+    )
+    schedulers.start_live(1)
+    doomed = schedulers.start_worker()
+    Task.objects.get(name="long").request_run()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(
+            status=RunStatus.RUNNING, worker__endswith=f":{doomed.pid}"
+        ).exists(),
+        what="the worker to take the run",
+    )
+
+    schedulers.expect_exit(doomed)
+    doomed.kill()
+    release.touch()  # the retry, on the next worker, finishes at once
+    schedulers.start_worker()
+
+    # Lost once the worker's heartbeat is stale (30 s), retried after retry_delay.
+    schedulers.wait_for(
+        lambda: statuses("long") == ["lost", "succeeded"],
+        timeout=90,
+        what="the run to be lost and its retry to succeed",
+    )
+    lost, retry = Run.objects.filter(task__name="long").order_by("pk")
+    assert f":{doomed.pid}" in lost.error
+    assert (retry.trigger, retry.attempt) == ("retry", 2)
+
+
+def test_sigterm_to_a_scheduler_leaves_queued_runs_to_the_workers(schedulers):
+    schedulers.configure({"export": record_task("export", enqueue=True)})
+    (scheduler,) = schedulers.start_live(1)
+    Task.objects.get(name="export").request_run()
+    schedulers.wait_for(lambda: statuses("export") == ["queued"], what="the run to be queued")
+    schedulers.expect_exit(scheduler)
+    scheduler.signal(signal.SIGTERM)
+    assert scheduler.wait() == 0
+
+    schedulers.start_worker()
+
+    schedulers.wait_for(lambda: statuses("export") == ["succeeded"], what="the worker's run")
+    assert Hit.objects.filter(task_name="export").count() == 1
+
+
+def test_an_rq_worker_runs_handed_off_runs_once(schedulers, redis):
+    schedulers.configure(
+        {"export": record_task("export", enqueue={"backend": "rq"})},
+    )
+    schedulers.start_live(2)
+    schedulers.start_worker("rq")
+
+    request_and_wait(schedulers, "export", 3)
+
+    assert statuses("export") == ["succeeded"] * 3
+    assert Hit.objects.filter(task_name="export").count() == 3
+    assert all(r.backend == "rq" and r.result_id for r in Run.objects.all())
+
+
+@pytest.mark.long
+def test_messages_the_broker_dropped_end_lost_after_start_deadline_and_are_retried(
+    schedulers, redis
+):
+    schedulers.configure(
+        {
+            "export": record_task(
+                "export", enqueue={"backend": "rq"}, start_deadline=10, retry_delay=1
+            )
+        },
+    )
+    schedulers.start_live(1)
+    Task.objects.get(name="export").request_run()
+    # The run is written queued in the claim transaction; RQ keeps its jobs in Redis, so the
+    # job is enqueued right after commit and its id recorded on the run a moment later.
+    schedulers.wait_for(
+        lambda: (
+            Run.objects.filter(task__name="export", status="queued").exclude(result_id="").exists()
+        ),
+        what="the run to be queued on RQ",
+    )
+    assert redis.dbsize() > 0
+    redis.flushdb()  # the broker loses its messages
+
+    schedulers.wait_for(
+        lambda: statuses("export")[:1] == ["lost"], timeout=40, what="the run to be lost"
+    )
+    lost = Run.objects.filter(task__name="export").order_by("pk")[0]
+    assert "start_deadline" in lost.error
+    schedulers.start_worker("rq")
+    schedulers.wait_for(
+        lambda: "succeeded" in statuses("export"),
+        timeout=40,
+        what="the retry to run on a worker",
+    )
+    assert Hit.objects.filter(task_name="export").count() == 1
+    assert Run.objects.filter(task__name="export", status="succeeded").values("trigger").get() == {
+        "trigger": "retry"
+    }
+    per_occurrence = (
+        Run.objects.filter(status="succeeded").values("occurrence").annotate(n=Count("pk"))
+    )
+    assert all(row["n"] == 1 for row in per_occurrence)
