@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Subquery, Sum, Value
+from django.db.models import Count, QuerySet, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import bulk, rules
 from django_posixcron.scheduling.alerts import any_overdue
+from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.scheduling.outcomes import Outcome
 
@@ -303,21 +304,54 @@ def peek(
     with_clock: bool,
     live_since: dt.datetime,
     overdue_before: dt.datetime | None = None,
+    cache: QueryCache | None = None,
 ) -> Peek:
     """Return the database clock, the earliest due_at this process may claim, who else is
     live with another declaration set, and whether an active task due before
     `overdue_before` awaits its task_overdue, in one query.
 
-    `live_since` is the oldest heartbeat that still counts as live.
+    `live_since` is the oldest heartbeat that still counts as live. With a `cache`, the
+    query is compiled once per shape (compiled.py): the loop sends it at every tick.
     """
+    excluded = tuple(sorted(mismatched))
+    clock = with_clock and has_clock(using)
+    overdue = overdue_before is not None
+    instants = {"live_since": live_since}
+    if overdue_before is not None:
+        instants["overdue_before"] = overdue_before
+
+    def build(**at: dt.datetime) -> QuerySet[Any]:
+        return _peek_query(using, process, excluded, clock, at)
+
+    key = ("peek", process.pk, process.declaration_set, excluded, clock, overdue)
+    compiled = (cache or QueryCache(using)).get(key, build, list(instants))
+    rows = compiled.rows(**instants)
+    if not rows:
+        return Peek(None, None, (0, 0))
+    row = rows[0]
+    return Peek(
+        row.get("db_now"),
+        row["next_due"],
+        (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
+        bool(row.get("overdue")),
+    )
+
+
+def _peek_query(
+    using: str,
+    process: SchedulerProcess,
+    excluded: tuple[int, ...],
+    clock: bool,
+    at: dict[str, dt.datetime],
+) -> QuerySet[Any]:
     earliest_due = (
         Task.objects.using(using).active().filter(due_at__isnull=False).order_by("due_at")
     )
-    if mismatched:
-        earliest_due = earliest_due.exclude(pk__in=list(mismatched))
+    if excluded:
+        earliest_due = earliest_due.exclude(pk__in=list(excluded))
     others = (
         SchedulerProcess.objects.using(using)
-        .filter(stopped_at__isnull=True, last_heartbeat_at__gte=live_since)
+        .filter(stopped_at__isnull=True, last_heartbeat_at__gte=at["live_since"])
         .exclude(declaration_set__in=["", process.declaration_set])
         .order_by()
         .annotate(group=Value(1))
@@ -333,19 +367,11 @@ def peek(
         )
     )
     fields = ["next_due", "others_count", "others_sum"]
-    if overdue_before is not None:
-        query = query.annotate(overdue=any_overdue(overdue_before, using))
+    if "overdue_before" in at:
+        query = query.annotate(overdue=any_overdue(at["overdue_before"], using))
         fields.append("overdue")
-    if with_clock and has_clock(using):
+    if clock:
         query = query.annotate(db_now=DatabaseNow())
         fields.append("db_now")
-    rows = list(query.values(*fields)[:1])
-    if not rows:
-        return Peek(None, None, (0, 0))
-    row = rows[0]
-    return Peek(
-        row.get("db_now"),
-        row["next_due"],
-        (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
-        bool(row.get("overdue")),
-    )
+    values: QuerySet[Any] = query.values(*fields)  # one row: this process's
+    return values

@@ -12,13 +12,16 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from django.db import DatabaseError, connections
+from django.db.models import QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_posixcron import __version__
 from django_posixcron.db import DatabaseNow, database_now, has_clock
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
+from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
@@ -58,6 +61,8 @@ class Heartbeat:
         self.process = process
         self.every = every
         self._running = running
+        # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
+        self._queries = QueryCache(using)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -82,13 +87,21 @@ class Heartbeat:
 
     def beat(self, now: dt.datetime | None = None) -> None:
         """Write one heartbeat: `now`, else the database's own clock (in the statement)."""
-        stamp = now if now is not None else self._clock()
-        rows = SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk)
-        if not rows.update(last_heartbeat_at=stamp):
-            self._register_again(now)
+        by_database = now is None and has_clock(self.using)
+        pk = self.process.pk
 
-    def _clock(self) -> DatabaseNow | dt.datetime:
-        return DatabaseNow() if has_clock(self.using) else dj_timezone.now()
+        def row(**at: dt.datetime) -> QuerySet[Any]:
+            return SchedulerProcess.objects.using(self.using).filter(pk=pk)
+
+        def stamped(**at: dt.datetime) -> dict[str, Any]:
+            return {"last_heartbeat_at": DatabaseNow() if by_database else at["now"]}
+
+        compiled = self._queries.get(
+            ("beat", pk, by_database), row, [] if by_database else ["now"], update=stamped
+        )
+        stamp = {} if by_database else {"now": now or dj_timezone.now()}
+        if not compiled.update(**stamp):
+            self._register_again(now)
 
     def _register_again(self, now: dt.datetime | None) -> None:
         # Someone deleted our row (a cleanup in the admin); register again so our runs keep an
@@ -142,13 +155,28 @@ def mark_lost(
     now: dt.datetime,
     stale_after: dt.timedelta,
     notifier: Notifier,
+    cache: QueryCache | None = None,
 ) -> list[Run]:
-    """Mark running runs whose process stopped heartbeating as lost; retry applies."""
+    """Mark running runs whose process stopped heartbeating as lost; retry applies.
+
+    At every tick: a compiled probe for their ids (none, nearly always), then the runs.
+    """
+    heartbeat_before = now - stale_after
+
+    def probe(**at: dt.datetime) -> QuerySet[Any]:
+        lost = Run.objects.using(using).presumed_lost(process, at["before"], at["now"])
+        return lost.values("pk")
+
+    compiled = (cache or QueryCache(using)).get(("lost", process.pk), probe, ["before", "now"])
+    ids = [row["pk"] for row in compiled.rows(before=heartbeat_before, now=now)]
+    if not ids:
+        return []
     silence = f"nothing heard for more than {stale_after.total_seconds():.0f} s"
     outcomes = [
         Outcome(run, RunStatus.LOST, now, _why_lost(run, silence))
         for run in Run.objects.using(using)
-        .presumed_lost(process, now - stale_after, now)
+        .presumed_lost(process, heartbeat_before, now)
+        .filter(pk__in=ids)
         .select_related("task")
     ]
     return [o.run for o in write_outcomes(outcomes, using, notifier)] if outcomes else []

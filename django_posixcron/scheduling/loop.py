@@ -31,6 +31,7 @@ from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, peek
+from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
 from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
@@ -149,6 +150,8 @@ class Scheduler:
         self.notifier = Notifier()
         self.runs = Runs(self.executor, self.using, self.notifier)
         self.claimer = Claimer(self.declarations, self.using)
+        # The idle tick's statements, compiled once (compiled.py); used on this thread only.
+        self.queries = QueryCache(self.using)
         self.rollout = Rollout(self.declarations, self.using, self.stale_after)
         self.pruner = Pruner(self.using, conf.history_days, self.now)
         self.signals = shutdown.SignalWatcher(
@@ -267,6 +270,7 @@ class Scheduler:
             with_clock=not explicit,
             live_since=self.now() - self.stale_after,
             overdue_before=overdue_before,
+            cache=self.queries,
         )
         db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
@@ -282,7 +286,7 @@ class Scheduler:
         result = TickResult(now=now, next_due_at=next_due)
         if judging:
             result.lost = liveness.mark_lost(
-                self.using, self.process, now, self.stale_after, self.notifier
+                self.using, self.process, now, self.stale_after, self.notifier, self.queries
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
         if peeked.overdue and overdue_before is not None:

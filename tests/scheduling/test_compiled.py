@@ -1,0 +1,136 @@
+"""Queries compiled once and run again: each run answers for its own instants, as the ORM would."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.claim import peek
+from django_posixcron.scheduling.compiled import CompiledQuery, QueryCache
+from django_posixcron.scheduling.liveness import Heartbeat, mark_lost
+from django_posixcron.scheduling.outcomes import Notifier
+from tests.factories import NOW, RunFactory, SchedulerProcessFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MINUTE = dt.timedelta(minutes=1)
+
+
+def due_before(**at: dt.datetime):  # type: ignore[no-untyped-def]
+    return Task.objects.filter(due_at__lt=at["before"]).order_by("due_at").values("name", "due_at")
+
+
+def test_each_run_binds_its_own_instants_and_converts_like_the_orm() -> None:
+    for minutes in (10, 20, 30):
+        TaskFactory.create(name=f"t{minutes}", next_run_at=NOW + minutes * MINUTE)
+    compiled = CompiledQuery("default", due_before, ["before"])
+
+    for cutoff in (NOW, NOW + 15 * MINUTE, NOW + 31 * MINUTE, NOW + 25 * MINUTE):
+        expected = list(due_before(before=cutoff))
+        assert compiled.rows(before=cutoff) == expected
+    # The converted values are aware datetimes, as the ORM returns them.
+    assert compiled.rows(before=NOW + 11 * MINUTE) == [{"name": "t10", "due_at": NOW + 10 * MINUTE}]
+
+
+def test_an_instant_the_query_does_not_bind_as_a_parameter_is_refused() -> None:
+    # A __date lookup turns the instant into a date: compiling once would freeze it.
+    def by_day(**at: dt.datetime):  # type: ignore[no-untyped-def]
+        return Task.objects.filter(due_at__date=at["day"]).values("name")
+
+    with pytest.raises(ValueError, match="instants not bound as parameters: day"):
+        CompiledQuery("default", by_day, ["day"])
+
+
+def test_a_compiled_update_writes_the_instant_of_each_run() -> None:
+    process = SchedulerProcessFactory.create()
+
+    def row(**at: dt.datetime):  # type: ignore[no-untyped-def]
+        return SchedulerProcess.objects.filter(pk=process.pk)
+
+    compiled = CompiledQuery(
+        "default", row, ["now"], update=lambda **at: {"last_heartbeat_at": at["now"]}
+    )
+    for minutes in (1, 5, 2):
+        assert compiled.update(now=NOW + minutes * MINUTE) == 1
+        process.refresh_from_db()
+        assert process.last_heartbeat_at == NOW + minutes * MINUTE
+    SchedulerProcess.objects.filter(pk=process.pk).delete()
+    assert compiled.update(now=NOW) == 0
+
+
+def test_the_cache_compiles_a_shape_once_and_forgets_the_least_recently_used() -> None:
+    cache = QueryCache("default", size=2)
+    first = cache.get("a", due_before, ["before"])
+    assert cache.get("a", due_before, ["before"]) is first
+    cache.get("b", due_before, ["before"])
+    cache.get("a", due_before, ["before"])  # "a" is now the most recent
+    cache.get("c", due_before, ["before"])  # so "b" goes
+    assert cache.get("a", due_before, ["before"]) is first
+    assert cache.get("b", due_before, ["before"]) is not first
+
+
+def test_peek_with_a_cache_sees_who_went_stale_at_each_tick() -> None:
+    me = SchedulerProcessFactory.create(declaration_set="mine", last_heartbeat_at=NOW)
+    other = SchedulerProcessFactory.create(declaration_set="theirs", last_heartbeat_at=NOW)
+    TaskFactory.create(next_run_at=NOW + MINUTE)
+    cache = QueryCache("default")
+
+    def look(live_since: dt.datetime, overdue_before: dt.datetime | None = None):  # type: ignore[no-untyped-def]
+        return peek(
+            "default",
+            me,
+            {},
+            with_clock=False,
+            live_since=live_since,
+            overdue_before=overdue_before,
+            cache=cache,
+        )
+
+    fresh = look(NOW - MINUTE)
+    assert (fresh.next_due, fresh.others) == (NOW + MINUTE, (1, other.pk))
+    # The same compiled statement, a later instant: the other process no longer counts.
+    assert look(NOW + MINUTE).others == (0, 0)
+    assert look(NOW - MINUTE).others == (1, other.pk)
+    # The overdue look is its own shape, bound to its own instant.
+    assert look(NOW - MINUTE, overdue_before=NOW).overdue is False
+    assert look(NOW - MINUTE, overdue_before=NOW + 2 * MINUTE).overdue is True
+
+
+def test_mark_lost_with_a_cache_judges_each_tick_by_its_own_instant() -> None:
+    me = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    gone = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    run = RunFactory.create(status=RunStatus.RUNNING, process=gone, scheduled_for=NOW)
+    cache = QueryCache("default")
+    stale_after = dt.timedelta(seconds=30)
+
+    with CaptureQueriesContext(connection) as idle:
+        assert (
+            mark_lost(
+                "default", me, NOW + 10 * dt.timedelta(seconds=1), stale_after, Notifier(), cache
+            )
+            == []
+        )
+    assert len(idle.captured_queries) == 1
+    lost = mark_lost("default", me, NOW + 2 * MINUTE, stale_after, Notifier(), cache)
+    assert [r.pk for r in lost] == [run.pk]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+
+
+def test_the_heartbeat_stamps_each_beat_and_registers_again_when_its_row_is_gone() -> None:
+    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    heartbeat = Heartbeat("default", process, every=5, running=list)
+
+    heartbeat.beat(NOW + MINUTE)
+    heartbeat.beat(NOW + 2 * MINUTE)
+    assert SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at == NOW + 2 * MINUTE
+
+    SchedulerProcess.objects.filter(pk=process.pk).delete()
+    heartbeat.beat(NOW + 3 * MINUTE)
+    (again,) = SchedulerProcess.objects.all()
+    assert again.pk != 0 and again.last_heartbeat_at == NOW + 3 * MINUTE
+    heartbeat.beat(NOW + 4 * MINUTE)  # the new row's own statement
+    assert SchedulerProcess.objects.get(pk=again.pk).last_heartbeat_at == NOW + 4 * MINUTE
