@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, QuerySet, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
@@ -294,6 +294,8 @@ class Peek:
     others: tuple[int, int]
     # An active task due before the overdue threshold awaits its task_overdue (alerts.py).
     overdue: bool = False
+    # Some run is presumed lost (liveness.mark_lost).
+    lost: bool = False
 
 
 def peek(
@@ -304,26 +306,29 @@ def peek(
     with_clock: bool,
     live_since: dt.datetime,
     overdue_before: dt.datetime | None = None,
+    lost_at: tuple[dt.datetime, dt.datetime] | None = None,
     cache: QueryCache | None = None,
 ) -> Peek:
     """Return the database clock, the earliest due_at this process may claim, who else is
-    live with another declaration set, and whether an active task due before
-    `overdue_before` awaits its task_overdue, in one query.
+    live with another declaration set, whether an active task due before `overdue_before`
+    awaits its task_overdue, and whether some run is presumed lost at `lost_at` (the oldest
+    heartbeat that counts, the instant), in one query.
 
     `live_since` is the oldest heartbeat that still counts as live. With a `cache`, the
     query is compiled once per shape (compiled.py): the loop sends it at every tick.
     """
     excluded = tuple(sorted(mismatched))
     clock = with_clock and has_clock(using)
-    overdue = overdue_before is not None
     instants = {"live_since": live_since}
     if overdue_before is not None:
         instants["overdue_before"] = overdue_before
+    if lost_at is not None:
+        instants["heartbeat_before"], instants["lost_now"] = lost_at
 
     def build(**at: dt.datetime) -> QuerySet[Any]:
         return _peek_query(using, process, excluded, clock, at)
 
-    key = ("peek", process.pk, process.declaration_set, excluded, clock, overdue)
+    key = ("peek", process.pk, process.declaration_set, excluded, clock, *sorted(instants))
     compiled = (cache or QueryCache(using)).get(key, build, list(instants))
     rows = compiled.rows(**instants)
     if not rows:
@@ -334,6 +339,7 @@ def peek(
         row["next_due"],
         (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
         bool(row.get("overdue")),
+        bool(row.get("lost")),
     )
 
 
@@ -370,6 +376,12 @@ def _peek_query(
     if "overdue_before" in at:
         query = query.annotate(overdue=any_overdue(at["overdue_before"], using))
         fields.append("overdue")
+    if "lost_now" in at:
+        lost = Run.objects.using(using).presumed_lost(
+            process, at["heartbeat_before"], at["lost_now"]
+        )
+        query = query.annotate(lost=Exists(lost))
+        fields.append("lost")
     if clock:
         query = query.annotate(db_now=DatabaseNow())
         fields.append("db_now")

@@ -155,28 +155,17 @@ def mark_lost(
     now: dt.datetime,
     stale_after: dt.timedelta,
     notifier: Notifier,
-    cache: QueryCache | None = None,
 ) -> list[Run]:
     """Mark running runs whose process stopped heartbeating as lost; retry applies.
 
-    At every tick: a compiled probe for their ids (none, nearly always), then the runs.
+    The loop calls it when peek() saw such runs (its `lost` probe), not at every tick.
     """
     heartbeat_before = now - stale_after
-
-    def probe(**at: dt.datetime) -> QuerySet[Any]:
-        lost = Run.objects.using(using).presumed_lost(process, at["before"], at["now"])
-        return lost.values("pk")
-
-    compiled = (cache or QueryCache(using)).get(("lost", process.pk), probe, ["before", "now"])
-    ids = [row["pk"] for row in compiled.rows(before=heartbeat_before, now=now)]
-    if not ids:
-        return []
     silence = f"nothing heard for more than {stale_after.total_seconds():.0f} s"
     outcomes = [
         Outcome(run, RunStatus.LOST, now, _why_lost(run, silence))
         for run in Run.objects.using(using)
         .presumed_lost(process, heartbeat_before, now)
-        .filter(pk__in=ids)
         .select_related("task")
     ]
     return [o.run for o in write_outcomes(outcomes, using, notifier)] if outcomes else []

@@ -262,6 +262,7 @@ class Scheduler:
         # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
         # database clock when no instant is given (a threshold, not a due-ness judgement).
         overdue_before = self.overdue_watch.threshold(now or self.now())
+        probe_at = now or self.now()
         # Liveness is a fact about real time, even in a tick driven at another instant.
         peeked = peek(
             self.using,
@@ -270,6 +271,9 @@ class Scheduler:
             with_clock=not explicit,
             live_since=self.now() - self.stale_after,
             overdue_before=overdue_before,
+            # By this host's estimate of the database clock when no instant is given: a
+            # threshold of seconds, and mark_lost() judges again at the tick's instant.
+            lost_at=(probe_at - self.stale_after, probe_at),
             cache=self.queries,
         )
         db_now, next_due = peeked.db_now, peeked.next_due
@@ -284,9 +288,9 @@ class Scheduler:
             # Tasks deferred until now may be due: let the claim look at once.
             next_due = now
         result = TickResult(now=now, next_due_at=next_due)
-        if judging:
+        if judging and peeked.lost:
             result.lost = liveness.mark_lost(
-                self.using, self.process, now, self.stale_after, self.notifier, self.queries
+                self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
         if peeked.overdue and overdue_before is not None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.claim import peek
@@ -100,37 +98,46 @@ def test_peek_with_a_cache_sees_who_went_stale_at_each_tick() -> None:
     assert look(NOW - MINUTE, overdue_before=NOW + 2 * MINUTE).overdue is True
 
 
-def test_mark_lost_with_a_cache_judges_each_tick_by_its_own_instant() -> None:
+def test_peeks_lost_probe_judges_each_tick_by_its_own_instant() -> None:
     me = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
     gone = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
     run = RunFactory.create(status=RunStatus.RUNNING, process=gone, scheduled_for=NOW)
     cache = QueryCache("default")
     stale_after = dt.timedelta(seconds=30)
 
-    with CaptureQueriesContext(connection) as idle:
-        assert (
-            mark_lost(
-                "default", me, NOW + 10 * dt.timedelta(seconds=1), stale_after, Notifier(), cache
-            )
-            == []
-        )
-    assert len(idle.captured_queries) == 1
-    lost = mark_lost("default", me, NOW + 2 * MINUTE, stale_after, Notifier(), cache)
+    def lost_at(now: dt.datetime) -> bool:
+        return peek(
+            "default",
+            me,
+            {},
+            with_clock=False,
+            live_since=now - stale_after,
+            lost_at=(now - stale_after, now),
+            cache=cache,
+        ).lost
+
+    assert lost_at(NOW + 10 * dt.timedelta(seconds=1)) is False
+    assert lost_at(NOW + 2 * MINUTE) is True
+    assert lost_at(NOW) is False
+    lost = mark_lost("default", me, NOW + 2 * MINUTE, stale_after, Notifier())
     assert [r.pk for r in lost] == [run.pk]
     assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+    assert lost_at(NOW + 2 * MINUTE) is False
 
 
 def test_the_heartbeat_stamps_each_beat_and_registers_again_when_its_row_is_gone() -> None:
     process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    first_pk = process.pk
     heartbeat = Heartbeat("default", process, every=5, running=list)
 
     heartbeat.beat(NOW + MINUTE)
     heartbeat.beat(NOW + 2 * MINUTE)
-    assert SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at == NOW + 2 * MINUTE
+    assert SchedulerProcess.objects.get(pk=first_pk).last_heartbeat_at == NOW + 2 * MINUTE
 
-    SchedulerProcess.objects.filter(pk=process.pk).delete()
+    SchedulerProcess.objects.filter(pk=first_pk).delete()
     heartbeat.beat(NOW + 3 * MINUTE)
     (again,) = SchedulerProcess.objects.all()
-    assert again.pk != 0 and again.last_heartbeat_at == NOW + 3 * MINUTE
+    assert again.pk != first_pk
+    assert again.last_heartbeat_at == NOW + 3 * MINUTE
     heartbeat.beat(NOW + 4 * MINUTE)  # the new row's own statement
     assert SchedulerProcess.objects.get(pk=again.pk).last_heartbeat_at == NOW + 4 * MINUTE
