@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Exists, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
@@ -45,6 +45,8 @@ class Claimer:
         # Tasks handed to Django Tasks workers: claimed even when no local slot is free.
         self.handoff_names = sorted(n for n, d in declarations.items() if d.enqueue is not None)
         self.enqueuer = Enqueuer(using)
+        # The claim's locking read, compiled once per shape (compiled.py).
+        self.queries = QueryCache(using, size=32)
         # Runs the claim's own transaction could not enqueue, recorded failed after commit.
         self.refused: list[Outcome] = []
 
@@ -69,13 +71,13 @@ class Claimer:
         busy, but workers elsewhere can take runs.
         """
         with transaction.atomic(using=self.using):
-            query = Task.objects.using(self.using).select_for_update(skip_locked=True).due(now)
-            if self.mismatched:
-                query = query.exclude(pk__in=list(self.mismatched))
-            if handoff_only:
-                query = query.filter(name__in=self.handoff_names)
-            claimable = self._matching(list(query.order_by("due_at")[:limit]))
-            busy = self._busy({t.pk for t, _ in claimable if t.overlap == Overlap.SKIP})
+            claimable = self._matching(self._lock_due(now, limit, handoff_only))
+            # "overlap: skip counts queued runs as running": `busy` came with the rows.
+            busy = {
+                t.pk
+                for t, _ in claimable
+                if t.overlap == Overlap.SKIP and getattr(t, "busy", False)
+            }
             planned = [
                 (task, declaration, *self.plan(task, now, process, overlapping=task.pk in busy))
                 for task, declaration in claimable
@@ -112,16 +114,25 @@ class Claimer:
                 claimable.append((task, declaration))
         return claimable
 
-    def _busy(self, skip_ids: set[int]) -> set[int]:
-        if not skip_ids:
-            return set()
-        # "overlap: skip counts queued runs as running".
-        return set(
-            Run.objects.using(self.using)
-            .unfinished()
-            .filter(task_id__in=skip_ids)
-            .values_list("task_id", flat=True)
-        )
+    def _lock_due(self, now: dt.datetime, limit: int, handoff_only: bool) -> list[Task]:
+        """Lock up to `limit` due tasks (skipping rows another process holds), each with
+        `busy`: whether it has an unfinished run. One statement, compiled once per shape."""
+        excluded = tuple(sorted(self.mismatched))
+        names = tuple(self.handoff_names) if handoff_only else ()
+
+        def build(**at: dt.datetime) -> QuerySet[Any]:
+            query = Task.objects.using(self.using).select_for_update(skip_locked=True)
+            query = query.due(at["now"])
+            if excluded:
+                query = query.exclude(pk__in=list(excluded))
+            if names:
+                query = query.filter(name__in=list(names))
+            unfinished = Run.objects.using(self.using).unfinished().filter(task=OuterRef("pk"))
+            locked: QuerySet[Any] = query.annotate(busy=Exists(unfinished)).order_by("due_at")
+            return locked[:limit]
+
+        key = ("claim", excluded, names, limit)
+        return self.queries.get(key, build, ["now"]).instances(Task, now=now)
 
     def _note_mismatch(self, task: Task, declaration: TaskDeclaration | None) -> None:
         self.mismatched[task.pk] = task.name

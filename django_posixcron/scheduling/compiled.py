@@ -17,18 +17,20 @@ from __future__ import annotations
 import datetime as dt
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
+
+M = TypeVar("M", bound=Model)
 
 # Stand-ins no real instant of ours equals: 1901, one microsecond apart per name.
 _STAND_IN = dt.datetime(1901, 2, 3, 4, 5, 6, tzinfo=dt.UTC)
 
 
 class CompiledQuery:
-    """A values() or update query compiled once; `rows()` / `update()` bind new instants.
+    """A query compiled once; `rows()`, `instances()` and `update()` bind new instants.
 
     `build(**instants)` returns the queryset; `instants` names its datetime parameters.
     `update` (field name -> value, the values may use the instants) makes it an UPDATE of
@@ -90,14 +92,35 @@ class CompiledQuery:
             params[index] = adapt(instants[name])
         return params
 
+    def instances(self, model: type[M], **instants: dt.datetime) -> list[M]:
+        """Run a model query (no values()); return its rows as instances, as the ORM would.
+
+        Selected annotations become attributes, like ``QuerySet.annotate()`` sets them.
+        """
+        fields = [f.attname for f in model._meta.concrete_fields]
+        count = len(fields)
+        if self.names[:count] != fields:
+            raise ValueError(f"not a query of every {model.__name__} column: {self.names}")
+        annotations = self.names[count:]
+        result = []
+        for row in self._fetch(instants):
+            instance = model.from_db(self.using, fields, row[:count])
+            for name, value in zip(annotations, row[count:], strict=True):
+                setattr(instance, name, value)
+            result.append(instance)
+        return result
+
     def rows(self, **instants: dt.datetime) -> list[dict[str, Any]]:
         """Run the query; return its rows as dicts by the names values() gave them."""
+        return [dict(zip(self.names, row, strict=True)) for row in self._fetch(instants)]
+
+    def _fetch(self, instants: dict[str, dt.datetime]) -> list[Any]:
         with connections[self.using].cursor() as cursor:
             cursor.execute(self.sql, self._bind(instants))
-            fetched = cursor.fetchall()
+            fetched: list[Any] = cursor.fetchall()
         if self._converters:
-            fetched = list(self._compiler.apply_converters(fetched, self._converters))
-        return [dict(zip(self.names, row, strict=True)) for row in fetched]
+            return list(self._compiler.apply_converters(fetched, self._converters))
+        return fetched
 
     def update(self, **instants: dt.datetime) -> int:
         """Run the UPDATE; return how many rows it matched."""

@@ -141,3 +141,31 @@ def test_the_heartbeat_stamps_each_beat_and_registers_again_when_its_row_is_gone
     assert again.last_heartbeat_at == NOW + 3 * MINUTE
     heartbeat.beat(NOW + 4 * MINUTE)  # the new row's own statement
     assert SchedulerProcess.objects.get(pk=again.pk).last_heartbeat_at == NOW + 4 * MINUTE
+
+
+def test_instances_are_whole_models_with_their_annotations() -> None:
+    from django.db.models import Exists, OuterRef
+
+    task = TaskFactory.create(kwargs={"region": "eu", "ids": [1, 2]}, next_run_at=NOW)
+    idle = TaskFactory.create(next_run_at=NOW + MINUTE)
+    RunFactory.create(task=task, status=RunStatus.RUNNING)
+
+    def due(**at: dt.datetime):  # type: ignore[no-untyped-def]
+        running = Run.objects.filter(task=OuterRef("pk"), status=RunStatus.RUNNING)
+        return (
+            Task.objects.filter(due_at__lte=at["now"])
+            .annotate(busy=Exists(running))
+            .order_by("due_at")
+        )
+
+    compiled = CompiledQuery("default", due, ["now"])
+    got = compiled.instances(Task, now=NOW + MINUTE)
+    assert [(t.pk, t.busy) for t in got] == [(task.pk, True), (idle.pk, False)]  # type: ignore[attr-defined]
+    assert got[0].kwargs == {"region": "eu", "ids": [1, 2]}
+    assert got[0].next_run_at == NOW
+    assert not got[0]._state.adding
+    assert [t.pk for t in compiled.instances(Task, now=NOW)] == [task.pk]
+
+    partial = CompiledQuery("default", lambda **at: Task.objects.only("name"), [])
+    with pytest.raises(ValueError, match="not a query of every Task column"):
+        partial.instances(Task)
