@@ -7,7 +7,6 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from functools import cached_property
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -37,7 +36,8 @@ class Enqueue:
         return {"backend": self.backend, "queue_name": self.queue_name, "priority": self.priority}
 
 
-@dataclasses.dataclass(frozen=True)
+# Slots: a project may declare 100,000 tasks, and an instance dict costs more than its values.
+@dataclasses.dataclass(frozen=True, slots=True)
 class TaskDeclaration:
     """One task as settings declare it, normalised and validated."""
 
@@ -61,6 +61,9 @@ class TaskDeclaration:
     # only when set: the hash of every task executed in the scheduler stays as it was.
     enqueue: Enqueue | None = None
     start_deadline: dt.timedelta = DEFAULT_START_DEADLINE
+    # The definition hash, computed on first use (a frozen, slotted class has no
+    # cached_property): not part of equality or the repr.
+    _hash: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def definition(self) -> dict[str, Any]:
         """Return the definition as plain JSON-able values, the input of the hash."""
@@ -80,13 +83,16 @@ class TaskDeclaration:
             "description": self.description,
         }
 
-    @cached_property
+    @property
     def definition_hash(self) -> str:
         """Return a stable sha256 hex digest of the normalised definition."""
-        text = json.dumps(
-            self.definition(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        )
-        return hashlib.sha256(text.encode("ascii")).hexdigest()
+        if self._hash is None:
+            text = json.dumps(
+                self.definition(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+            )
+            object.__setattr__(self, "_hash", hashlib.sha256(text.encode("ascii")).hexdigest())
+        assert self._hash is not None
+        return self._hash
 
     def resolve(self) -> Callable[..., Any]:
         """Import the callable; settings name it, the database never does."""
