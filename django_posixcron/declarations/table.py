@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -89,9 +88,13 @@ class Table:
     unknown_id: str
     missing_id: str | None = None
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(key.name for key in self.keys)
+    # Derived once: a table checks every task of a project that may declare 100,000.
+    names: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    required: tuple[Key, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(key.name for key in self.keys))
+        object.__setattr__(self, "required", tuple(key for key in self.keys if key.required))
 
     def validate(
         self,
@@ -108,7 +111,8 @@ class Table:
         before = len(report.problems)
         self._check_names(raw, path, report)
         values: dict[str, Any] = {}
-        scope = ChainMap(values, dict(outer or {}))
+        # The valid values, over the enclosing table's: what defaults and rules read.
+        scope = dict(outer or {})
         for key in self.keys:
             if key.name in raw:
                 value = raw[key.name]
@@ -121,18 +125,23 @@ class Table:
                     value = key.default_from(scope)
                 except KeyError:
                     continue  # it reads a setting that is invalid, and reported
+            at = path / key.name
             try:
-                values[key.name] = key.validate(value, path / key.name)
+                values[key.name] = scope[key.name] = key.validate(value, at)
             except Invalid as invalid:
-                report.add(path / key.name, value, invalid)
+                report.add(at, value, invalid)
         for rule in self.rules:
             if all(name in scope for name in rule.needs):
                 try:
                     rule.check(scope)
                 except Invalid as invalid:
                     report.add(path / rule.on, raw.get(rule.on, values[rule.on]), invalid)
-                    del values[rule.on]  # the rules after this one see it as invalid
-        complete = all(key.name in values for key in self.keys)
+                    # The rules after this one see it as invalid (or as the enclosing value).
+                    del values[rule.on]
+                    del scope[rule.on]
+                    if outer is not None and rule.on in outer:
+                        scope[rule.on] = outer[rule.on]
+        complete = len(values) == len(self.keys)
         return values, complete and len(report.problems) == before
 
     def _check_names(self, raw: Mapping[Any, Any], path: KeyPath, report: Report) -> None:
@@ -142,7 +151,7 @@ class Table:
             if name not in known:
                 hint = f"{did_you_mean(name, known)}Known keys: {', '.join(known)}."
                 report.add(path / name, name, Invalid(self.unknown_id, Form.UNKNOWN_KEY, "", hint))
-        required = [key for key in self.keys if key.required]
+        required = self.required
         needs = " and ".join(f"a {key.name!r}" for key in required)
         for key in required:
             if key.name not in raw:
