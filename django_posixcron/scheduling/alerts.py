@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from django.db import connections, transaction
 from django.db.models import Exists, F, Q, QuerySet
 
 from django_posixcron.models import Task
@@ -43,18 +44,31 @@ def any_overdue(before: dt.datetime, using: str) -> Exists:
 
 
 def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[Task]:
-    """Claim the overdue episodes not signalled yet; send task_overdue for those won here."""
-    sent = []
-    for task in unsignalled_overdue(before, using).order_by("due_at")[:OVERDUE_BATCH]:
-        due = task.due_at
-        claimed = (
-            unsignalled_overdue(before, using)
-            .filter(pk=task.pk, due_at=due)
-            .update(overdue_signalled_for=due)
-        )
-        if not claimed:
-            continue  # another scheduler won this episode, or the task was just claimed
-        task.overdue_signalled_for = due
+    """Claim the overdue episodes not signalled yet; send task_overdue for those won here.
+
+    One transaction per batch. Where the database locks rows, one locking read of the batch
+    (skipping rows another process holds: a claim that is about to move the due time, or a
+    scheduler signalling them) and one UPDATE: every row read is won here. On SQLite, whose
+    locking read locks nothing, a conditional UPDATE per row decides which were won.
+    """
+    batch = unsignalled_overdue(before, using).order_by("due_at", "pk")
+    with transaction.atomic(using=using):
+        if connections[using].features.has_select_for_update_skip_locked:
+            won = list(batch.select_for_update(skip_locked=True)[:OVERDUE_BATCH])
+            if won:
+                Task.objects.using(using).filter(pk__in=[task.pk for task in won]).update(
+                    overdue_signalled_for=F("due_at")
+                )
+        else:
+            won = [
+                task
+                for task in batch[:OVERDUE_BATCH]
+                if unsignalled_overdue(before, using)
+                .filter(pk=task.pk, due_at=task.due_at)
+                .update(overdue_signalled_for=task.due_at)
+            ]
+    for task in won:
+        due = task.overdue_signalled_for = task.due_at
         logger.warning(
             "task %s is overdue: due at %s and not claimed",
             task.name,
@@ -62,8 +76,7 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
             extra={"action": "task_overdue", "task": task.name},
         )
         notifier.send(task_overdue, task=task, due_at=due)
-        sent.append(task)
-    return sent
+    return won
 
 
 class OverdueWatch:

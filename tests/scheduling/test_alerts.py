@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 from django.dispatch import Signal
 
 from django_posixcron.db import app_alias
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling import alerts
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 from django_posixcron.signals import run_lost, task_failing, task_overdue
 from tests.factories import SchedulerProcessFactory
@@ -147,6 +150,69 @@ def test_task_overdue_is_sent_once_across_schedulers_per_due_time(tasks, make_sc
     second.tick(T0 + 2 * MINUTE)
     first.tick(T0 + 2 * MINUTE)
     assert [s["due_at"] for s in received["overdue"]] == [T0, T0 - MINUTE]
+
+
+def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
+    tasks, make_scheduler, received, django_assert_max_num_queries
+):
+    # More overdue tasks than one batch, nobody able to claim them, two schedulers looking.
+    names = [f"stuck-{i:03d}" for i in range(alerts.OVERDUE_BATCH + 50)]
+    for name in names:
+        tasks(name, next_run_at=T0)
+    Task.objects.update(definition_hash="another-deploy")
+    first, second = make_scheduler(), make_scheduler()
+    late = T0 + dt.timedelta(seconds=30)
+
+    if connection.features.has_select_for_update_skip_locked:
+        # Set-based where rows can be locked: one locking read and one UPDATE for the batch.
+        with django_assert_max_num_queries(4):
+            alerts.signal_overdue(late, app_alias(), first.notifier)
+    first.tick(late + dt.timedelta(seconds=1))
+    second.tick(late + dt.timedelta(seconds=2))
+    first.tick(late + dt.timedelta(seconds=3))
+    second.tick(late + dt.timedelta(seconds=4))
+
+    sent = [s["task"].name for s in received["overdue"]]
+    assert sorted(sent) == names  # each once, none twice, whichever scheduler sent it
+    assert set(Task.objects.values_list("overdue_signalled_for", flat=True)) == {T0}
+
+
+def test_a_row_another_process_holds_is_signalled_once_it_is_let_go(
+    tasks, make_scheduler, received
+):
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite locks no rows: a conditional UPDATE per row decides there")
+    for name in ("held", "free"):
+        tasks(name, next_run_at=T0)
+    Task.objects.update(definition_hash="another-deploy")
+    scheduler = make_scheduler()
+    locked, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:  # a claim in progress elsewhere holds the row
+        try:
+            with transaction.atomic():
+                Task.objects.select_for_update().get(name="held")
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+            done.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        late = T0 + dt.timedelta(seconds=30)
+        # The loop is not held up by the locked row; the others are signalled.
+        sent = alerts.signal_overdue(late, app_alias(), scheduler.notifier)
+        assert [t.name for t in sent] == ["free"]
+    finally:
+        release.set()
+        holder.join(30)
+    assert done.is_set()
+    sent = alerts.signal_overdue(late, app_alias(), scheduler.notifier)
+    assert [t.name for t in sent] == ["held"]
+    assert sorted(s["task"].name for s in received["overdue"]) == ["free", "held"]
 
 
 def test_a_task_due_within_the_poll_interval_is_not_overdue(tasks, make_scheduler, received):
