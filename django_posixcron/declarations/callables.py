@@ -152,17 +152,43 @@ _cached_async_kind = _per_callable(_async_kind)
 def takes_kwargs(values: Mapping[str, Any]) -> None:
     """Refuse kwargs that the callable's signature cannot bind (after the context, if taken)."""
     dotted, kwargs = values["callable"], values["kwargs"]
-    signature = _signature(import_string(dotted))
-    if signature is None:
+    func = import_string(dotted)
+    context = bool(values.get("takes_context", False))
+    error = _bind_error(func, tuple(kwargs), context)
+    if error is None:
         return
-    context = values.get("takes_context", False)
+    signature = _signature(func)
+    called = "a RunContext first and " if context else ""
+    raise Invalid(
+        E_SIGNATURE,
+        Form.ASSIGNED,
+        f"cannot be called with {called}the declared kwargs {show(kwargs)}: {error}.",
+        f"Make the kwargs match the signature {dotted.rsplit('.', 1)[-1]}{signature}.",
+    )
+
+
+def _bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
+    """Return why the signature cannot bind these keyword names, or None when it can.
+
+    Whether a call binds depends on the names alone, not on the values: tasks that share a
+    callable and their kwargs' names (in the declared order, which the error follows) are
+    checked once.
+    """
     try:
-        signature.bind(*(("context",) if context else ()), **kwargs)
+        return _cached_bind_error(func, names, context)
+    except TypeError:  # a callable that cannot be a dict key
+        return _find_bind_error(func, names, context)
+
+
+def _find_bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
+    signature = _signature(func)
+    if signature is None:
+        return None
+    try:
+        signature.bind(*(("context",) if context else ()), **dict.fromkeys(names))
     except TypeError as error:
-        called = "a RunContext first and " if context else ""
-        raise Invalid(
-            E_SIGNATURE,
-            Form.ASSIGNED,
-            f"cannot be called with {called}the declared kwargs {show(kwargs)}: {error}.",
-            f"Make the kwargs match the signature {dotted.rsplit('.', 1)[-1]}{signature}.",
-        ) from None
+        return str(error)
+    return None
+
+
+_cached_bind_error = functools.lru_cache(maxsize=4096)(_find_bind_error)

@@ -18,6 +18,8 @@ JSON_HINT = (
 
 def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
     """Return the kwargs as the database's JSONField will give them back."""
+    if type(value) is dict and not value:
+        return {}  # the default, and most tasks': nothing to walk or round-trip
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         hint = "The keyword arguments are passed as callable(**kwargs)."
         raise Invalid(E_KWARGS_TYPE, Form.EXPECTED, "a dict with str keys", hint)
@@ -25,7 +27,7 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         # Walked before json.dumps, which turns int, float, bool and None keys into str
         # without a word (the task would get {'1': ...} for {1: ...}) and, with sort_keys,
         # fails on mixed keys with an unhelpful "'<' not supported".
-        bad_key = _non_str_key(value, path, set())
+        bad_key = _non_str_key(value, (), set())
         text = "" if bad_key else json.dumps(dict(value), allow_nan=False, sort_keys=True)
     except RecursionError:
         raise Invalid(
@@ -35,7 +37,10 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         detail = f"is not JSON-serialisable: {error}"
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT) from None
     if bad_key:
-        key_path, key = bad_key
+        keys, key = bad_key
+        key_path = path
+        for step in keys:
+            key_path = key_path / step
         detail = (
             f"is not JSON-serialisable as declared: the key at {key_path} is "
             f"{type(key).__name__} {show(key)}, not a str (JSON would turn it into a str or "
@@ -51,8 +56,10 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
     return normalised
 
 
-def _non_str_key(value: object, path: KeyPath, seen: set[int]) -> tuple[KeyPath, object] | None:
-    """Return the path and the key of the first dict key in `value` that is not a str."""
+def _non_str_key(
+    value: object, keys: tuple[object, ...], seen: set[int]
+) -> tuple[tuple[object, ...], object] | None:
+    """Return the keys leading to the first dict key in `value` that is not a str, and it."""
     if isinstance(value, Mapping | list | tuple):
         if id(value) in seen:
             return None  # a cycle (json.dumps reports it), or a container already walked
@@ -60,13 +67,13 @@ def _non_str_key(value: object, path: KeyPath, seen: set[int]) -> tuple[KeyPath,
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                return path / key, key
-            found = _non_str_key(item, path / key, seen)
+                return (*keys, key), key
+            found = _non_str_key(item, (*keys, key), seen)
             if found is not None:
                 return found
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _non_str_key(item, path / index, seen)
+            found = _non_str_key(item, (*keys, index), seen)
             if found is not None:
                 return found
     return None

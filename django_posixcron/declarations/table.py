@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ from django_posixcron.declarations.problems import (
 Validator = Callable[[Any, KeyPath], Any]
 
 _NO_DEFAULT: Any = object()
+# What a validated constant default may be to be kept and shared between tables' values.
+IMMUTABLE = (type(None), bool, int, float, str, dt.timedelta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +65,10 @@ class Rule:
     on: str
     needs: tuple[str, ...]
     check: Callable[[Mapping[str, Any]], None]
+    needed: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "needed", frozenset(self.needs))
         if self.on not in self.needs:
             raise TypeError(f"Rule on {self.on!r}: it must need {self.on!r}")
 
@@ -92,9 +97,16 @@ class Table:
     names: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     required: tuple[Key, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
+    needs: str = dataclasses.field(init=False, repr=False, compare=False)
+    # Constant defaults that validate to an immutable value, validated once.
+    _defaults: dict[str, Any] = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(key.name for key in self.keys))
         object.__setattr__(self, "required", tuple(key for key in self.keys if key.required))
+        object.__setattr__(self, "needs", " and ".join(f"a {k.name!r}" for k in self.required))
 
     def validate(
         self,
@@ -113,25 +125,39 @@ class Table:
         values: dict[str, Any] = {}
         # The valid values, over the enclosing table's: what defaults and rules read.
         scope = dict(outer or {})
+        defaults = self._defaults
         for key in self.keys:
-            if key.name in raw:
-                value = raw[key.name]
-            elif key.required:
+            name = key.name
+            if name in raw:
+                value = raw[name]
+            elif name in defaults:
+                values[name] = scope[name] = defaults[name]
+                continue
+            elif key.example is not None:  # required, and reported missing
                 continue
             elif key.default_from is None:
                 value = key.default
+                try:
+                    valid = key.validate(value, path / name)
+                except Invalid as invalid:
+                    report.add(path / name, value, invalid)
+                    continue
+                if isinstance(valid, IMMUTABLE):
+                    defaults[name] = valid
+                values[name] = scope[name] = valid
+                continue
             else:
                 try:
                     value = key.default_from(scope)
                 except KeyError:
                     continue  # it reads a setting that is invalid, and reported
-            at = path / key.name
+            at = path / name
             try:
-                values[key.name] = scope[key.name] = key.validate(value, at)
+                values[name] = scope[name] = key.validate(value, at)
             except Invalid as invalid:
                 report.add(at, value, invalid)
         for rule in self.rules:
-            if all(name in scope for name in rule.needs):
+            if scope.keys() >= rule.needed:
                 try:
                     rule.check(scope)
                 except Invalid as invalid:
@@ -151,12 +177,10 @@ class Table:
             if name not in known:
                 hint = f"{did_you_mean(name, known)}Known keys: {', '.join(known)}."
                 report.add(path / name, name, Invalid(self.unknown_id, Form.UNKNOWN_KEY, "", hint))
-        required = self.required
-        needs = " and ".join(f"a {key.name!r}" for key in required)
-        for key in required:
+        for key in self.required:
             if key.name not in raw:
                 assert self.missing_id is not None
-                detail = f"every {self.what} needs {needs}."
+                detail = f"every {self.what} needs {self.needs}."
                 hint = f'Add e.g. "{key.name}": {key.example}'
                 missing = Invalid(self.missing_id, Form.MISSING_KEY, detail, hint)
                 report.add(path / key.name, None, missing)
