@@ -114,6 +114,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django_posixcron.declarations.top_level import collected_once
         from django_posixcron.reconcile import reconcile
 
         # Refuse to start on any error (a SystemCheckError exits non-zero). Without the
@@ -121,8 +122,9 @@ class Command(BaseCommand):
         # on SQLite and MySQL), and a database that is down must be waited for below, not end
         # the process with a traceback. What the scheduler needs of the database is checked
         # by check_database_support() once it answers.
-        self.check(display_num_errors=False, databases=[])
-        declarations = checked_declarations()
+        with collected_once():  # validated once for the checks and the scheduler
+            self.check(display_num_errors=False, databases=[])
+            declarations = checked_declarations()
         if options["poll_interval"] is not None:
             check_frequency(declarations, options["poll_interval"])
 
