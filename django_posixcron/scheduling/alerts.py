@@ -3,8 +3,9 @@
 "task_overdue(sender, task, due_at) — a due task not claimed within POLL_INTERVAL (detected
 by a plain read, so a locked row is still seen)", "each sent once per episode across the
 whole fleet (not once per process) by a live scheduler". The episode is the task's due time:
-the scheduler whose conditional UPDATE stores it in ``overdue_signalled_for`` sends the signal;
-every other one updates no row and sends nothing. Claiming the task moves its due time, which
+the scheduler that stores it in ``overdue_signalled_for`` (under the row's lock, or by a
+conditional UPDATE on SQLite) sends the signal; every other one finds the episode marked and
+sends nothing. Claiming the task moves its due time, which
 ends the episode. (run_lost and task_failing are decided with the outcome writes, under the
 rows' locks: see outcomes.py.)
 """
