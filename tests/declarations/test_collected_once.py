@@ -21,7 +21,8 @@ def test_within_the_block_settings_are_validated_once_and_reused():
         first, problems = collect()
         with override_settings(POSIXCRON=TWO):
             again, _ = collect()  # what start-up validated, not validated again
-        assert list(again) == ["a"] and again["a"] is first["a"]
+        assert list(again) == ["a"]
+        assert again["a"] is first["a"]
         again.clear()  # each caller gets its own dict
         assert list(collect()[0]) == ["a"]
         assert problems == []
