@@ -47,27 +47,29 @@ def any_overdue(before: dt.datetime, using: str) -> Exists:
 def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[Task]:
     """Claim the overdue episodes not signalled yet; send task_overdue for those won here.
 
-    One transaction per batch. Where the database locks rows, one locking read of the batch
-    (skipping rows another process holds: a claim that is about to move the due time, or a
-    scheduler signalling them) and one UPDATE: every row read is won here. On SQLite, whose
-    locking read locks nothing, a conditional UPDATE per row decides which were won.
+    Where the database locks rows, one transaction per batch: one locking read (skipping rows
+    another process holds: a claim that is about to move the due time, or a scheduler
+    signalling them) and one UPDATE, so every row read is won here. On SQLite, whose locking
+    read locks nothing, a conditional UPDATE per row decides which were won.
     """
     batch = unsignalled_overdue(before, using).order_by("due_at", "pk")
-    with transaction.atomic(using=using):
-        if connections[using].features.has_select_for_update_skip_locked:
+    if connections[using].features.has_select_for_update_skip_locked:
+        with transaction.atomic(using=using):
             won = list(batch.select_for_update(skip_locked=True)[:OVERDUE_BATCH])
             if won:
                 Task.objects.using(using).filter(pk__in=[task.pk for task in won]).update(
                     overdue_signalled_for=F("due_at")
                 )
-        else:
-            won = [
-                task
-                for task in batch[:OVERDUE_BATCH]
-                if unsignalled_overdue(before, using)
-                .filter(pk=task.pk, due_at=task.due_at)
-                .update(overdue_signalled_for=task.due_at)
-            ]
+    else:
+        # Each UPDATE in its own transaction: a DEFERRED transaction that read first could
+        # not wait for the write lock, and would fail at once under a concurrent claim.
+        won = [
+            task
+            for task in batch[:OVERDUE_BATCH]
+            if unsignalled_overdue(before, using)
+            .filter(pk=task.pk, due_at=task.due_at)
+            .update(overdue_signalled_for=task.due_at)
+        ]
     for task in won:
         due = task.overdue_signalled_for = task.due_at
         logger.warning(
