@@ -6,7 +6,7 @@ import datetime as dt
 import signal
 
 import pytest
-from django.db.models import Count
+from django.db.models import Count, Max
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.harness.processes import SLOW_CASE, Schedulers, only_on, record_task, utcnow, vendor
@@ -80,11 +80,18 @@ def test_cron_occurrences_at_a_minute_boundary_fire_exactly_once(schedulers: Sch
     schedulers.configure({name: record_task(name, "* * * * *") for name in names}, CONCURRENCY=8)
     schedulers.start_live(how_many_schedulers())
 
-    # The first minute that starts after every scheduler is up: all of them sleep until it
-    # and claim together. (The start-up minute itself fired at once, under the first-start
-    # rule, while the processes were still starting one after the other.)
+    # The first minute that every task is due at once after every scheduler is up: all of them
+    # sleep until it and claim together. The start-up minute fired at once, under the
+    # first-start rule, while the processes were still starting one after the other; when its
+    # runs are claimed after the next minute began, that minute is missed (no make-up), so the
+    # boundary is the latest cursor once none is due, not the next minute on the clock.
+    schedulers.wait_for(
+        lambda: not Task.objects.filter(due_at__lte=utcnow()).exists(),
+        what="the start-up minute's runs to be claimed",
+    )
     now = utcnow()
-    boundary = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    boundary = Task.objects.aggregate(latest=Max("next_run_at"))["latest"]
+    assert boundary is not None
     schedulers.wait_for(
         lambda: (
             Run.objects.filter(
