@@ -254,7 +254,7 @@ class Scheduler:
         assert self.process is not None
         assert self.heartbeat is not None
         explicit = now is not None
-        self.runs.flush()
+        self.runs.flush(queued_only=True)
         if not self.heartbeat.threaded:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)

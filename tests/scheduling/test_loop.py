@@ -283,3 +283,58 @@ def test_a_slow_poller_still_heartbeats_often_enough_not_to_look_dead(tasks, mak
 
     assert scheduler.tick(T0).wake_in == 10.0
     assert stale_after(60) == stale_after(1) == dt.timedelta(seconds=30)
+
+
+def test_a_tick_writes_the_outcomes_queued_when_it_began_and_leaves_later_ones_to_the_next(
+    tasks, make_scheduler
+):
+    """A run finishing while a tick writes outcomes wakes the loop again: its outcome goes in
+    the next tick's batch, not in a transaction of its own; flush() (shutdown, wait_idle)
+    still writes everything."""
+    from django_posixcron.scheduling.outcomes import Outcome
+    from django_posixcron.signals import run_finished
+
+    task = tasks("short", next_run_at=T0 + dt.timedelta(hours=1))
+    scheduler = make_scheduler()
+    scheduler.start()
+
+    def running(minute: int) -> Run:
+        return Run.objects.create(
+            task=task,
+            trigger="manual",
+            status=RunStatus.RUNNING,
+            scheduled_for=T0 + dt.timedelta(minutes=minute),
+            started_at=T0 + dt.timedelta(minutes=minute),
+            process=scheduler.process,
+        )
+
+    first, second, late = running(1), running(2), running(3)
+    for run in (first, second):
+        scheduler.runs.queue(Outcome(run, RunStatus.SUCCEEDED, run.started_at))
+
+    def finish_late(sender, run, **kwargs):
+        if run.pk == first.pk:  # while the tick is recording the first batch
+            scheduler.runs.queue(Outcome(late, RunStatus.SUCCEEDED, late.started_at))
+
+    run_finished.connect(finish_late)
+    try:
+        scheduler.tick(T0)
+        statuses = dict(Run.objects.values_list("pk", "status"))
+        assert statuses == {
+            first.pk: RunStatus.SUCCEEDED,
+            second.pk: RunStatus.SUCCEEDED,
+            late.pk: RunStatus.RUNNING,
+        }
+        assert scheduler.unrecorded == 1
+
+        scheduler.tick(T0)
+        assert Run.objects.get(pk=late.pk).status == RunStatus.SUCCEEDED
+        assert scheduler.unrecorded == 0
+
+        # flush() itself keeps going until nothing is left.
+        again = running(4)
+        scheduler.runs.queue(Outcome(again, RunStatus.FAILED, again.started_at, "boom"))
+        scheduler.runs.flush()
+        assert Run.objects.get(pk=again.pk).status == RunStatus.FAILED
+    finally:
+        run_finished.disconnect(finish_late)
