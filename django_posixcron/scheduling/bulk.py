@@ -8,12 +8,26 @@ given, so a concurrent pause from the admin (another field) is never overwritten
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import Field, Model
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    DurationField,
+    Field,
+    ForeignKey,
+    IntegerField,
+    Model,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+    TextField,
+)
 
 # Rows per statement: SQLite before 3.32 allows 999 parameters per statement; the largest
 # batch the scheduler writes (200 outcomes, six values each) stays one statement elsewhere.
@@ -21,6 +35,58 @@ CHUNK = 500
 
 # UPDATE ... FROM arrived in SQLite 3.33; an older library gets the per-row statements.
 SQLITE_UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33)
+
+
+# Field classes whose get_db_prep_save() returns a value of this type unchanged (None too).
+# Not the auto fields: a backend may refuse some values of theirs (MySQL refuses 0).
+_PLAIN: dict[type[Any], type[Any]] = {
+    BigIntegerField: int,
+    BooleanField: bool,
+    CharField: str,
+    IntegerField: int,
+    PositiveIntegerField: int,
+    PositiveSmallIntegerField: int,
+    TextField: str,
+}
+
+
+def preparer(field: Any, connection: Any) -> Callable[[Any], Any]:
+    """Return a function that prepares a value of `field` as ``get_db_prep_save()`` does.
+
+    Values already of the field's plain Python type (a str for a CharField, an aware datetime
+    for a DateTimeField, ...) skip the field's generic conversion and checks, which cost more
+    than the rest of a batch's Python (profiled: 39 calls per run, a third of the claim's
+    and the outcome's own time); anything else, and every other field class, goes through
+    ``get_db_prep_save()`` itself. Exact classes only: a subclass may prepare differently.
+    """
+
+    def full(value: Any) -> Any:
+        return field.get_db_prep_save(value, connection)
+
+    kind = type(field)
+    if kind is ForeignKey:
+        target = preparer(field.target_field, connection)
+        return lambda value: None if value is None else target(value)
+    if kind is DateTimeField:
+        adapt = connection.ops.adapt_datetimefield_value
+
+        def datetime(value: Any) -> Any:
+            if type(value) is dt.datetime and value.tzinfo is not None:
+                return adapt(value)
+            return None if value is None else full(value)
+
+        return datetime
+    plain = _PLAIN.get(kind)
+    if kind is DurationField and connection.features.has_native_duration_field:
+        plain = dt.timedelta
+    if plain is None:
+        return full
+    return lambda value: value if value is None or type(value) is plain else full(value)
+
+
+def _prepared(columns: Sequence[Any], rows: Sequence[Sequence[Any]], connection: Any) -> list[Any]:
+    prepare = [preparer(field, connection) for field in columns]
+    return [[p(v) for p, v in zip(prepare, row, strict=True)] for row in rows]
 
 
 def update_many(
@@ -36,10 +102,7 @@ def update_many(
         return
     connection = connections[using]
     columns: list[Any] = [model._meta.pk, *(model._meta.get_field(name) for name in fields)]
-    params = [
-        [field.get_db_prep_save(v, connection) for field, v in zip(columns, row, strict=True)]
-        for row in rows
-    ]
+    params = _prepared(columns, rows, connection)
     vendor = connection.vendor
     if vendor == "sqlite" and not SQLITE_UPDATE_FROM:
         _update_each(model, columns, params, using)
@@ -156,9 +219,20 @@ def insert_new(objs: Sequence[Model], key: str, using: str) -> list[Model]:
     by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
     assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"
     fields: list[Any] = [f for f in meta.concrete_fields if not f.primary_key]
-    rows = [
-        [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields] for obj in objs
-    ]
+    # pre_save() for the fields that fill themselves in (auto_now_add); attributes otherwise.
+    rows = _prepared(
+        fields,
+        [
+            [
+                f.pre_save(obj, add=True)
+                if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+                else getattr(obj, f.attname)
+                for f in fields
+            ]
+            for obj in objs
+        ],
+        connection,
+    )
     head = "INSERT INTO {} ({})".format(
         quote(meta.db_table), ", ".join(quote(f.column) for f in fields)
     )
@@ -214,10 +288,7 @@ def compare_and_set(
     quote = connection.ops.quote_name
     guard_field = meta.get_field(guard)
     columns: list[Any] = [meta.pk, guard_field, *(meta.get_field(name) for name in fields)]
-    params = [
-        [f.get_db_prep_save(v, connection) for f, v in zip(columns, row, strict=True)]
-        for row in rows
-    ]
+    params = _prepared(columns, rows, connection)
     table = quote(meta.db_table)
     names = [f"column{i + 1}" for i in range(len(columns))]
     sets = ", ".join(

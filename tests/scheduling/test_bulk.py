@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DateTimeField,
+    DurationField,
+    ForeignKey,
+    IntegerField,
+    TextField,
+)
+from django.utils.translation import gettext_lazy
 
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling import bulk
@@ -51,3 +64,41 @@ def test_update_many_over_several_statements_and_durations() -> None:
     got = dict(Run.objects.values_list("pk", "duration"))
     assert got == {pk: duration for pk, _, duration in rows}
     assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+
+
+def _samples(field: Any) -> list[Any]:
+    """Values the scheduler writes into `field`, of its plain type and not."""
+    if isinstance(field, ForeignKey):
+        return [None, 1, 42]
+    if isinstance(field, DateTimeField):
+        aware = dt.datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=dt.UTC)
+        paris = aware.astimezone(ZoneInfo("Europe/Paris"))
+        return [None, aware, paris]
+    if isinstance(field, DurationField):
+        return [None, dt.timedelta(0), dt.timedelta(seconds=1.5), dt.timedelta(days=3)]
+    if isinstance(field, BooleanField):
+        return [None, True, False]
+    if isinstance(field, IntegerField):
+        return [None, 0, 7, 2**40, True, "12"]
+    if isinstance(field, (CharField, TextField)):
+        return [None, "", "x\ny", gettext_lazy("paused"), 5]
+    return []
+
+
+@pytest.mark.parametrize("model", [Task, Run])
+def test_the_fast_preparer_prepares_as_get_db_prep_save_does(model: type[Any]) -> None:
+    """bulk.preparer() skips Django's generic conversion for plain values: on every backend,
+    and for every field the scheduler writes, it must give exactly what the field gives."""
+    compared = 0
+    for field in model._meta.concrete_fields:
+        prepare = bulk.preparer(field, connection)
+        for value in _samples(field):
+            try:
+                expected = field.get_db_prep_save(value, connection)
+            except ValueError as exc:  # e.g. MySQL refuses 0 for an auto-increment key
+                with pytest.raises(type(exc)):
+                    prepare(value)
+            else:
+                assert prepare(value) == expected, (field, value)
+            compared += 1
+    assert compared > 40
