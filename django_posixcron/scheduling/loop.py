@@ -30,7 +30,7 @@ from django_posixcron.db import app_alias, database_now
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
-from django_posixcron.scheduling.claim import Claimer, peek
+from django_posixcron.scheduling.claim import Claimer, Peek, peek
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
@@ -46,6 +46,9 @@ _T = TypeVar("_T")
 
 # "The scheduler warns at start-up when host and database clocks differ by more than a second."
 CLOCK_SKEW_WARNING = dt.timedelta(seconds=1)
+
+# In a burst, what the loop claims without asking the database clock is judged this far back.
+BURST_CLOCK_MARGIN = dt.timedelta(milliseconds=5)
 
 # At shutdown, run_finished receivers get this long to catch up before the process exits.
 RECEIVERS_DRAIN = 10.0
@@ -167,6 +170,9 @@ class Scheduler:
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
         self._serving_threads = False
+        # Whether the last tick claimed a full batch, and when the loop last peeked.
+        self._burst = False
+        self._peeked_at = 0.0
 
     # -- clocks and lifecycle ---------------------------------------------------------------
 
@@ -259,29 +265,47 @@ class Scheduler:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
             self.heartbeat.beat(now)
         self.claimer.refresh_mismatches(now or self.now())
-        # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
-        # database clock when no instant is given (a threshold, not a due-ness judgement).
-        overdue_before = self.overdue_watch.threshold(now or self.now())
-        probe_at = now or self.now()
-        # Liveness is a fact about real time, even in a tick driven at another instant.
-        peeked = peek(
-            self.using,
-            self.process,
-            self.claimer.mismatched,
-            with_clock=not explicit,
-            live_since=self.now() - self.stale_after,
-            overdue_before=overdue_before,
-            # By this host's estimate of the database clock when no instant is given: a
-            # threshold of seconds, and mark_lost() judges again at the tick's instant.
-            lost_at=(probe_at - self.stale_after, probe_at),
-            cache=self.queries,
+        # In a burst (the last tick claimed a full batch) the loop claims again at once and
+        # skips the peek: the clock, the peers, lost runs and overdue tasks it reads are read
+        # again within a heartbeat interval, when the burst ends or its turn comes.
+        bursting = (
+            not explicit
+            and self._burst
+            and time.monotonic() - self._peeked_at < self.heartbeat_every
         )
+        overdue_before = None
+        if bursting:
+            # Judged by this host's estimate of the database clock, measured at the last peek
+            # (under a second ago) and set back a little, so that the estimate's error (the
+            # reply's latency counts against the host; drift is well under a millisecond a
+            # second) never claims an occurrence before the database clock reaches it.
+            now = self.now() - BURST_CLOCK_MARGIN
+            peeked = Peek(None, now, (0, 0))
+        else:
+            # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
+            # database clock when no instant is given (a threshold, not a due-ness judgement).
+            overdue_before = self.overdue_watch.threshold(now or self.now())
+            probe_at = now or self.now()
+            # Liveness is a fact about real time, even in a tick driven at another instant.
+            peeked = peek(
+                self.using,
+                self.process,
+                self.claimer.mismatched,
+                with_clock=not explicit,
+                live_since=self.now() - self.stale_after,
+                overdue_before=overdue_before,
+                # By this host's estimate of the database clock when no instant is given: a
+                # threshold of seconds, and mark_lost() judges again at the tick's instant.
+                lost_at=(probe_at - self.stale_after, probe_at),
+                cache=self.queries,
+            )
+            self._peeked_at = time.monotonic()
         db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
                 self._clock_offset = db_now - dj_timezone.now()
-        judging = self.outage.may_judge_others()
+        judging = self.outage.may_judge_others() and not bursting
         # After an outage every peer looks stale: judge none gone until they could beat.
         if judging and self.rollout.peers_changed(self.process, peeked.others, self.now()):
             self.reconcile(now)
@@ -322,6 +346,7 @@ class Scheduler:
                         result.started.append(run)
         self.pruner.prune(now)
         claimed = bool(result.claimed)
+        self._burst = not handoff_only and limit > 0 and len(result.claimed) >= limit
         if handoff_only and not claimed:
             # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
             limit = 0

@@ -309,12 +309,13 @@ def test_a_tick_writes_the_outcomes_queued_when_it_began_and_leaves_later_ones_t
         )
 
     first, second, late = running(1), running(2), running(3)
+    finished = T0 + dt.timedelta(minutes=10)
     for run in (first, second):
-        scheduler.runs.queue(Outcome(run, RunStatus.SUCCEEDED, run.started_at))
+        scheduler.runs.queue(Outcome(run, RunStatus.SUCCEEDED, finished))
 
     def finish_late(sender, run, **kwargs):
         if run.pk == first.pk:  # while the tick is recording the first batch
-            scheduler.runs.queue(Outcome(late, RunStatus.SUCCEEDED, late.started_at))
+            scheduler.runs.queue(Outcome(late, RunStatus.SUCCEEDED, finished))
 
     run_finished.connect(finish_late)
     try:
@@ -333,8 +334,35 @@ def test_a_tick_writes_the_outcomes_queued_when_it_began_and_leaves_later_ones_t
 
         # flush() itself keeps going until nothing is left.
         again = running(4)
-        scheduler.runs.queue(Outcome(again, RunStatus.FAILED, again.started_at, "boom"))
+        scheduler.runs.queue(Outcome(again, RunStatus.FAILED, finished, "boom"))
         scheduler.runs.flush()
         assert Run.objects.get(pk=again.pk).status == RunStatus.FAILED
     finally:
         run_finished.disconnect(finish_late)
+
+
+def test_a_burst_claims_again_without_peeking_until_a_batch_comes_back_short(tasks, make_scheduler):
+    """After a full batch the loop claims again at once, without the peek's query; the first
+    tick that claims less than a batch has ended the burst, and the next one peeks."""
+    requested = timezone.now() - dt.timedelta(seconds=1)
+    for i in range(3):
+        tasks(
+            f"burst-{i}", next_run_at=requested + dt.timedelta(days=1), run_requested_at=requested
+        )
+    scheduler = make_scheduler(batch_size=2, concurrency=4)
+    scheduler.start()
+
+    def peeks(queries: CaptureQueriesContext) -> list[str]:
+        return [q["sql"] for q in queries if '"next_due"' in q["sql"]]
+
+    with CaptureQueriesContext(connection) as full:
+        assert len(scheduler.tick().claimed) == 2
+    with CaptureQueriesContext(connection) as again:
+        assert len(scheduler.tick().claimed) == 1
+    with CaptureQueriesContext(connection) as after:
+        assert scheduler.tick().claimed == []
+    assert len(peeks(full)) == 1
+    assert peeks(again) == []
+    assert len(peeks(after)) == 1
+    assert scheduler.wait_idle(10)
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
