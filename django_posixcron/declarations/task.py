@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -167,21 +168,66 @@ TASK = Table(
 )
 
 
+Fields = dict[str, Any]
+
+# Values a task's definition may hold and still be looked up in the memo of one collection:
+# immutable, and equal only to values of their own type once the type is part of the key
+# (True == 1 and 300 == 300.0, but `takes_context=1` must still be refused).
+_MEMO_TYPES = frozenset({str, int, float, bool, type(None), dt.timedelta})
+
+
+def memo_key(definition: object) -> tuple[Any, ...] | None:
+    """Return what identifies a definition's validated fields, or None if it cannot be said.
+
+    Projects that declare thousands of tasks generate them: most share every key but their
+    name. A definition of plain values (kwargs empty) validates to the same fields whatever
+    the task's name, within one collection (the top-level keys it reads are the same).
+    """
+    if type(definition) is not dict:
+        return None
+    items = []
+    for key, value in definition.items():
+        kind = type(value)
+        if kind is dict and not value:
+            value = ()  # an empty kwargs (or enqueue) dict; its kind keeps it apart
+        elif kind not in _MEMO_TYPES or type(key) is not str:
+            return None
+        items.append((key, kind, value))
+    return tuple(sorted(items, key=lambda item: item[0]))
+
+
 def task(
-    name: object, definition: object, path: KeyPath, top: Mapping[str, Any], report: Report
+    name: object,
+    definition: object,
+    path: KeyPath,
+    top: Mapping[str, Any],
+    report: Report,
+    memo: dict[tuple[Any, ...], Fields] | None = None,
 ) -> TaskDeclaration | None:
-    """Return the declaration of one task, or None after reporting its problems."""
+    """Return the declaration of one task, or None after reporting its problems.
+
+    With a `memo` (one collection's), a definition already validated without problems under
+    another name is not validated again: its fields are reused, only the name is checked.
+    """
     named = _valid_name(name, path, report)
     if not isinstance(definition, Mapping):
         hint = 'Declare the task as {"schedule": "0 3 * * *", "callable": "app.jobs.func"}.'
         report.add(path, definition, Invalid(E_TASK_NOT_A_DICT, Form.EXPECTED, "a dict", hint))
         return None
+    key = memo_key(definition) if memo is not None else None
+    if key is not None and memo is not None and key in memo:
+        return TaskDeclaration(name=name, **memo[key]) if named else None
+    problems = len(report.problems)
     values, valid = TASK.validate(definition, path, report, top)
-    if not (named and valid):
+    if not valid:
         return None
-    assert isinstance(name, str)
     fields = {key.attribute or key.name: values[key.name] for key in TASK.keys}
     fields["start_deadline"] = with_default_deadline(fields["start_deadline"])
+    if key is not None and memo is not None and len(report.problems) == problems:
+        memo[key] = fields
+    if not named:
+        return None
+    assert isinstance(name, str)
     return TaskDeclaration(name=name, **fields)
 
 

@@ -34,7 +34,7 @@ from django_posixcron.declarations.ids import (
 )
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, Problem
 from django_posixcron.declarations.table import Key, Report, Table
-from django_posixcron.declarations.task import task
+from django_posixcron.declarations.task import Fields, task
 from django_posixcron.declarations.values import positive_int
 
 # What each fault of poll_interval_fault() reads as in the message of posixcron.E021.
@@ -166,8 +166,9 @@ def _collect(raw: object) -> Collected:
         return {}, report.problems
     top, _ = SETTINGS.validate(raw, root, report)
     declarations = {}
+    memo: dict[tuple[Any, ...], Fields] = {}
     for name, definition in top.get("TASKS", {}).items():
-        declaration = task(name, definition, root / "TASKS" / name, top, report)
+        declaration = task(name, definition, root / "TASKS" / name, top, report, memo)
         if declaration is not None:
             declarations[declaration.name] = declaration
     return declarations, report.problems
