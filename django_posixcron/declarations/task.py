@@ -216,7 +216,10 @@ def task(
         return None
     key = memo_key(definition) if memo is not None else None
     if key is not None and memo is not None and key in memo:
-        return TaskDeclaration(name=name, **memo[key]) if named else None
+        if not named:
+            return None
+        assert isinstance(name, str)
+        return TaskDeclaration(name=name, **memo[key])
     problems = len(report.problems)
     values, valid = TASK.validate(definition, path, report, top)
     if not valid:

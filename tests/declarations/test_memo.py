@@ -108,5 +108,6 @@ def test_only_plain_definitions_are_memoised():
     assert memo_key({**BASE, "kwargs": {}}) is not None
     assert memo_key({**BASE, "kwargs": {"a": 1}}) is None
     assert memo_key({**BASE, "schedule": ["0 * * * *"]}) is None
-    assert memo_key({**BASE, 5: "x"}) is None
+    odd_key: dict[Any, Any] = {**BASE, 5: "x"}
+    assert memo_key(odd_key) is None
     assert memo_key(list(BASE.items())) is None
