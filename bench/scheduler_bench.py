@@ -17,7 +17,8 @@ What it measures, with 10,000 declared tasks (plus 120 latency probes) in the da
 - throughput: all 10,000 no-op tasks due at one instant, 1 then 2 real `runscheduler`
   processes; rate = runs / (last run's start - the instant), and the same for completion;
   compared in the same run with a raw claim loop (psycopg, batch 100, FOR UPDATE SKIP LOCKED,
-  insert run + advance cursor), 1 and 2 processes;
+  insert run + advance cursor), 1 and 2 processes, and with the same loop also recording each
+  batch's outcome (run finished, task's last run: "raw claim + outcome");
 - memory: RSS of a `runscheduler` process idle with 10,000 tasks, and its peak (VmHWM) after
   the throughput run;
 - start-up (`--scenarios startup`): collecting the declarations from settings, the first and
@@ -305,7 +306,17 @@ RAW_SELECT = (
 RAW_INSERT = (
     "INSERT INTO django_posixcron_run (task_id, `trigger`, status, scheduled_for,"
     " started_at, error, traceback, process_label)"
-    " VALUES ({p}, 'manual', 'succeeded', {p}, {now}, '', '', 'raw')"
+    " VALUES ({p}, 'manual', '{status}', {p}, {now}, '', '', 'raw')"
+)
+# The outcome, for the raw loop that also records one ("claim + outcome"): the run's status
+# and finish, and the task's last run, in a transaction of their own as the scheduler does.
+RAW_FINISH_RUNS = (
+    "UPDATE django_posixcron_run SET status = 'succeeded', finished_at = {now} "
+    "WHERE task_id IN ({ids}) AND status = 'running'"
+)
+RAW_FINISH_TASKS = (
+    "UPDATE django_posixcron_task SET last_run_status = 'succeeded', "
+    "last_run_finished_at = {now} WHERE id IN ({ids})"
 )
 RAW_ADVANCE = (
     "UPDATE django_posixcron_task SET run_requested_at = NULL, due_at = next_run_at "
@@ -346,12 +357,18 @@ def _raw_connect(db: dict[str, Any]) -> Any:
     return conn, "strftime('%Y-%m-%d %H:%M:%f', 'now')", "?", ""
 
 
-def _raw_worker(db: dict[str, Any], ready: Any, go: Any, counts: Any, index: int) -> None:
-    """The claim protocol alone, in plain SQL: select a locked batch, insert runs, advance."""
+def _raw_worker(
+    db: dict[str, Any], ready: Any, go: Any, counts: Any, index: int, record: bool
+) -> None:
+    """The claim protocol alone, in plain SQL: select a locked batch, insert runs, advance.
+
+    With `record`, each batch's outcome is then written too (run finished, task's last run),
+    in a second transaction: the least any scheduler that keeps a history does per run.
+    """
     conn, now, p, lock = _raw_connect(db)
     sqlite = p == "?"
     select = RAW_SELECT.format(now=now, limit=RAW_BATCH, lock=lock)
-    insert = RAW_INSERT.format(p=p, now=now)
+    insert = RAW_INSERT.format(p=p, now=now, status="running" if record else "succeeded")
     if not db["ENGINE"].endswith("mysql"):
         insert = insert.replace("`trigger`", "trigger")
     claimed = 0
@@ -376,11 +393,19 @@ def _raw_worker(db: dict[str, Any], ready: Any, go: Any, counts: Any, index: int
         if not rows:
             break
         claimed += len(rows)
+        if record:
+            ids = ", ".join(str(r[0]) for r in rows)
+            cur.execute("BEGIN IMMEDIATE" if sqlite else "BEGIN")
+            cur.execute(RAW_FINISH_RUNS.format(now=now, ids=ids))
+            cur.execute(RAW_FINISH_TASKS.format(now=now, ids=ids))
+            cur.execute("COMMIT")
     conn.close()
     counts[index] = claimed
 
 
-def raw_loop(db: dict[str, Any], processes: int, tasks: int) -> dict[str, float]:
+def raw_loop(
+    db: dict[str, Any], processes: int, tasks: int, *, record: bool = False
+) -> dict[str, float]:
     from django_posixcron.models import Task
 
     reset()
@@ -389,7 +414,8 @@ def raw_loop(db: dict[str, Any], processes: int, tasks: int) -> dict[str, float]
     ready, go = ctx.Semaphore(0), ctx.Event()
     counts = ctx.Array("i", processes)
     workers = [
-        ctx.Process(target=_raw_worker, args=(db, ready, go, counts, i)) for i in range(processes)
+        ctx.Process(target=_raw_worker, args=(db, ready, go, counts, i, record))
+        for i in range(processes)
     ]
     for worker in workers:
         worker.start()
@@ -456,14 +482,24 @@ def rounds(children: Children, db: dict[str, Any], args: argparse.Namespace) -> 
         if "throughput" in args.scenarios:
             raw1 = round_["raw1"] = raw_loop(db, 1, args.tasks)
             raw2 = round_["raw2"] = raw_loop(db, 2, args.tasks)
+            rec1 = round_["rec1"] = raw_loop(db, 1, args.tasks, record=True)
+            rec2 = round_["rec2"] = raw_loop(db, 2, args.tasks, record=True)
             one = round_["one"] = throughput(children, 1, args.tasks)
             two = round_["two"] = throughput(children, 2, args.tasks)
             print(f"raw loop: 1 process {raw1['rate']:.0f}/s, 2 processes {raw2['rate']:.0f}/s")
-            for label, result, raw in (("1 process", one, raw1), ("2 processes", two, raw2)):
+            print(
+                f"raw claim + outcome loop: 1 process {rec1['rate']:.0f}/s, "
+                f"2 processes {rec2['rate']:.0f}/s"
+            )
+            for label, result, raw, rec in (
+                ("1 process", one, raw1, rec1),
+                ("2 processes", two, raw2, rec2),
+            ):
                 print(
                     f"scheduler, {label}: claimed {result['claim_rate']:.0f}/s "
                     f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
-                    f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}); "
+                    f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}; "
+                    f"{result['done_rate'] / rec['rate']:.0%} of claim + outcome); "
                     f"RSS idle {result['idle_rss_mib']:.0f} MiB, "
                     f"peak {result['peak_rss_mib']:.0f} MiB"
                 )
@@ -483,9 +519,12 @@ def medians(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, floa
     if "one" in out:
         one, two = out["one"], out["two"]
         raw1, raw2 = out["raw1"]["rate"], out["raw2"]["rate"]
+        rec1, rec2 = out["rec1"]["rate"], out["rec2"]["rate"]
         out["ratios"] = {
             "one_of_raw": one["done_rate"] / raw1,
             "two_of_raw": two["done_rate"] / raw2,
+            "one_of_raw_outcome": one["done_rate"] / rec1,
+            "two_of_raw_outcome": two["done_rate"] / rec2,
             "two_vs_one": two["done_rate"] / one["done_rate"],
             "raw_two_vs_one": raw2 / raw1,
         }
@@ -503,12 +542,17 @@ def report(med: dict[str, dict[str, float]], repeat: int, tasks: int) -> None:
         )
     if "ratios" in med:
         r = med["ratios"]
-        for label, key, raw in (("1 process", "one", "raw1"), ("2 processes", "two", "raw2")):
+        for label, key, raw, rec in (
+            ("1 process", "one", "raw1", "rec1"),
+            ("2 processes", "two", "raw2", "rec2"),
+        ):
             print(
                 f"throughput, {label}: scheduler {med[key]['done_rate']:.0f}/s "
                 f"(spread {med[key]['done_rate_spread']:.0f}), raw {med[raw]['rate']:.0f}/s "
                 f"(spread {med[raw]['rate_spread']:.0f}); "
-                f"{med[key]['done_rate'] / med[raw]['rate']:.0%}"
+                f"{med[key]['done_rate'] / med[raw]['rate']:.0%}; raw claim + outcome "
+                f"{med[rec]['rate']:.0f}/s (spread {med[rec]['rate_spread']:.0f}); "
+                f"{med[key]['done_rate'] / med[rec]['rate']:.0%}"
             )
         print(f"2 processes vs 1: scheduler {r['two_vs_one']:.2f}x, raw {r['raw_two_vs_one']:.2f}x")
         print(
