@@ -353,7 +353,7 @@ def test_a_burst_claims_again_without_peeking_until_a_batch_comes_back_short(tas
     scheduler.start()
 
     def peeks(queries: CaptureQueriesContext) -> list[str]:
-        return [q["sql"] for q in queries if '"next_due"' in q["sql"]]
+        return [q["sql"] for q in queries if "next_due" in q["sql"]]  # peek's alias
 
     with CaptureQueriesContext(connection) as full:
         assert len(scheduler.tick().claimed) == 2
