@@ -38,7 +38,7 @@ def bars(
             )
             out.append(
                 f'<text x="{x + BAR_W / 2}" y="{y - 4:.1f}" font-size="10" '
-                f'text-anchor="middle">{value:.0f}{unit}</text>'
+                f'text-anchor="middle">{value:.{0 if unit else 1}f}{unit}</text>'
             )
             x += BAR_W
         # One word a line under the group: "MariaDB" over "after" fits a group's width.
@@ -54,7 +54,7 @@ def bars(
         x += GAP
     legend = [name for name, _ in groups[0][1]] if groups else []
     for i, name in enumerate(legend):
-        lx = x0 + 300 + i * 110  # beside the title, above the tallest bar's label
+        lx = x0 + 270 + i * 100  # beside the title, above the tallest bar's label
         out.append(
             f'<rect x="{lx}" y="11" width="10" height="10" fill="{COLOURS[i % 2]}"/>'
             f'<text x="{lx + 14}" y="20" font-size="11">{name}</text>'
