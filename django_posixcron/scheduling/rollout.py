@@ -40,7 +40,10 @@ class Rollout:
         self.declarations = declarations
         self.using = using
         self.stale_after = stale_after
-        self.plan: Plan | None = None
+        # How many changes the last reconciliation deferred; None before the first one. Not
+        # the plan itself: a first start's plan holds a new Task row per declared task, and
+        # a long-running process has no use for it after start-up.
+        self.deferred: int | None = None
         self.logged: set[tuple[str, str, str | None]] = set()
         # The other sets live at our last look, and peek()'s fingerprint of them.
         self.peer_sets: set[str] = set()
@@ -54,15 +57,16 @@ class Rollout:
         """Reconcile settings, deferring what live peers hold; remember who was live."""
         # Looked at before reconciling: a set that goes in between is then seen to go.
         seen = self._live_sets(process, database_now(self.using))
-        self.plan = reconcile(
+        plan = reconcile(
             now=now,
             declarations=self.declarations,
             using=self.using,
             peers=Peers(process, self.stale_after),
             logged=self.logged,
         )
+        self.deferred = len(plan.deferred)
         self.peer_sets, self.others = seen, None
-        return self.plan
+        return plan
 
     def peers_changed(
         self, process: SchedulerProcess, others: tuple[int, int], now: dt.datetime
@@ -73,7 +77,7 @@ class Rollout:
         scheduler that never reconciled (driven by tick() alone) has nothing to re-check.
         `now` is the database clock's instant, which heartbeats are judged by.
         """
-        if self.plan is None or others == self.others:
+        if self.deferred is None or others == self.others:
             return False
         live = self._live_sets(process, now)
         gone = self.peer_sets - live
@@ -87,7 +91,7 @@ class Rollout:
         logger.info(
             "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
             ", ".join(sorted(d[:12] for d in gone)),
-            len(self.plan.deferred),
+            self.deferred,
             extra={"action": "declarations_gone"},
         )
         return True
