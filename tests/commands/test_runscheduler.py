@@ -114,3 +114,41 @@ def test_once_with_the_process_executor(posixcron):
     run("--once", "--executor", "process")
 
     assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("count", [0, 3, 103])
+def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(posixcron, count):
+    from django.test.utils import CaptureQueriesContext
+
+    from django_posixcron.management.commands.runscheduler import SUMMARY_TASKS, Command
+    from django_posixcron.reconcile import reconcile
+    from django_posixcron.scheduler import Scheduler
+
+    posixcron(
+        {
+            f"task-{i:03d}": {"schedule": "0 3 * * *", "callable": "tests.testapp.jobs.noop"}
+            for i in range(count)
+        }
+    )
+    reconcile()
+    Task.objects.filter(name="task-001").update(paused=True)
+    scheduler = Scheduler(grace=0)
+    scheduler.start()
+    out = io.StringIO()
+    with CaptureQueriesContext(connection) as queries:
+        Command(stdout=out)._summary(scheduler, "the database")
+    scheduler.shutdown()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("django-posixcron scheduler ")
+    listed = [line for line in lines if line.startswith("  task-")]
+    assert len(listed) == min(count, SUMMARY_TASKS)
+    if count == 0:
+        assert lines[1:] == ["No tasks declared in settings.POSIXCRON['TASKS']."]
+    else:
+        assert listed[0].startswith("  task-000: 0 3 * * * -> next ")
+        assert listed[1] == "  task-001: 0 3 * * * -> paused"
+    if count > SUMMARY_TASKS:
+        assert lines[-1] == "  ... and 3 more; manage.py schedulerstatus lists every task."
+    else:
+        assert "more; manage.py" not in lines[-1]
+    assert len(queries) <= 2  # the first hundred, and the count past them

@@ -24,6 +24,9 @@ from django_posixcron.management.common import (
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
 
+# The start-up summary lists this many tasks; schedulerstatus lists them all.
+SUMMARY_TASKS = 100
+
 
 def checked_declarations() -> dict[str, TaskDeclaration]:
     """Return the declared tasks; refuse settings with any problem, even a silenced one."""
@@ -212,15 +215,25 @@ class Command(BaseCommand):
             f"poll every {scheduler.poll_interval:g} s, {scheduler.concurrency} at once, "
             f"history {get_settings().history_days} days."
         )
-        tasks = list(Task.objects.using(scheduler.using).filter(declared=True).order_by("name"))
-        if not tasks:
-            write("No tasks declared in settings.POSIXCRON['TASKS'].")
-        for task in tasks:
-            if task.paused:
+        declared = Task.objects.using(scheduler.using).filter(declared=True)
+        # The first SUMMARY_TASKS only, read as plain values: a project declaring 100,000
+        # tasks got 100,000 lines, and the model instances to print them took 150 MiB that
+        # the process kept for the rest of its life.
+        rows = declared.order_by("name").values_list(
+            "name", "schedule", "paused", "due_at", "timezone"
+        )[:SUMMARY_TASKS]
+        shown = 0
+        for name, schedule, paused, due_at, timezone in rows:
+            if paused:
                 when = "paused"
-            elif task.due_at is None:
+            elif due_at is None:
                 when = "not scheduled"
             else:
-                local = task.due_at.astimezone(zone(task.timezone))
-                when = f"next {local.isoformat()} ({task.timezone})"
-            write(f"  {task.name}: {task.schedule!s} -> {when}")
+                local = due_at.astimezone(zone(timezone))
+                when = f"next {local.isoformat()} ({timezone})"
+            write(f"  {name}: {schedule!s} -> {when}")
+            shown += 1
+        if not shown:
+            write("No tasks declared in settings.POSIXCRON['TASKS'].")
+        elif shown == SUMMARY_TASKS and (more := declared.count() - shown) > 0:
+            write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
