@@ -187,10 +187,12 @@ def memo_key(definition: object) -> tuple[Any, ...] | None:
         return None
     items = []
     for key, value in definition.items():
+        if type(key) is not str:
+            return None  # reported as it is by the table, and no key to sort among the rest
         kind = type(value)
         if kind is dict and not value:
             value = ()  # an empty kwargs (or enqueue) dict; its kind keeps it apart
-        elif kind not in _MEMO_TYPES or type(key) is not str:
+        elif kind not in _MEMO_TYPES:
             return None
         items.append((key, kind, value))
     return tuple(sorted(items, key=lambda item: item[0]))

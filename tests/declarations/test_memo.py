@@ -110,4 +110,9 @@ def test_only_plain_definitions_are_memoised():
     assert memo_key({**BASE, "schedule": ["0 * * * *"]}) is None
     odd_key: dict[Any, Any] = {**BASE, 5: "x"}
     assert memo_key(odd_key) is None
+    odd_key = {**BASE, 5: {}}
+    assert memo_key(odd_key) is None
+    # Reported, not a TypeError from sorting an int key among str ones.
+    _, problems = collect({"TASKS": {"a": odd_key, "b": dict(odd_key)}})
+    assert [p.id for p in problems] == ["posixcron.E006", "posixcron.E006"]
     assert memo_key(list(BASE.items())) is None
