@@ -36,8 +36,13 @@ class Rollout:
         using: str,
         stale_after: dt.timedelta,
     ) -> None:
-        self.hashes = {name: d.definition_hash for name, d in declarations.items()}
         self.declarations = declarations
+        # Every digest now, kept for the process's life, in a pass of their own: computed
+        # while record() builds its hex strings, which are garbage once it returns, they
+        # interleaved with them and left 13 MiB of the allocator's pools unused but resident
+        # at 100,000 tasks.
+        for declaration in declarations.values():
+            declaration.definition_digest  # noqa: B018 (computed and kept on first use)
         self.using = using
         self.stale_after = stale_after
         # How many changes the last reconciliation deferred; None before the first one. Not
@@ -51,7 +56,10 @@ class Rollout:
 
     def record(self) -> str:
         """Store this process's declaration set; return the digest its process row names."""
-        return record(self.using, self.hashes)
+        # Built for the call only: kept, the mapping was 4 MiB at 100,000 tasks for the
+        # process's life, and only registering reads it.
+        hashes = {name: d.definition_hash for name, d in self.declarations.items()}
+        return record(self.using, hashes)
 
     def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
         """Reconcile settings, deferring what live peers hold; remember who was live."""
