@@ -34,6 +34,7 @@ from django_posixcron.scheduling.claim import Claimer, Peek, peek
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
+from django_posixcron.scheduling.memory import release_freed_memory
 from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
 from django_posixcron.scheduling.rollout import Rollout
 
@@ -230,6 +231,9 @@ class Scheduler:
             self.start()
         assert self.process is not None
         result = self.rollout.reconcile(self.process, now or self.now())
+        # What reconciling read and planned is garbage now; at 100,000 tasks the pages it
+        # used stayed resident for the process's life.
+        release_freed_memory()
         # Definitions may now match ours: look at every due task again at once.
         self.claimer.forget_mismatches()
         return result
