@@ -26,7 +26,7 @@ from django.db import (
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import app_alias, database_now
+from django_posixcron.db import app_alias, database_now, has_clock
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
@@ -165,7 +165,10 @@ class Scheduler:
 
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._clock_offset = dt.timedelta(0)
+        # The database clock's last reading and this host's monotonic clock then: now()
+        # counts from them, so a step of the host's wall clock (NTP) moves no estimate. None
+        # until the first reading, and on a backend without a clock.
+        self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
         self.outage = Outage(self.stale_after)
         # run() and run_once() beat and send run_finished from threads of their own; a
@@ -182,12 +185,23 @@ class Scheduler:
         before = dj_timezone.now()
         db_now = database_now(self.using)
         after = dj_timezone.now()
-        self._clock_offset = db_now - (before + (after - before) / 2)
-        return self._clock_offset
+        if has_clock(self.using):  # SQLite's clock is this host's: nothing to estimate
+            self._clock_read = (db_now, time.monotonic())
+        return db_now - (before + (after - before) / 2)
 
     def now(self) -> dt.datetime:
-        """Return the best estimate of the database clock without asking it."""
-        return dj_timezone.now() + self._clock_offset
+        """Return the best estimate of the database clock without asking it.
+
+        The last reading of the database clock plus the time elapsed since on this host's
+        monotonic clock: never ahead of the database clock by more than their drift since
+        (the reading is taken when its reply arrives, so it is behind by the reply's
+        latency), and blind to steps of the host's wall clock, which judging due-ness by a
+        wall-clock offset would take for time passing, and fire occurrences early.
+        """
+        if self._clock_read is None:
+            return dj_timezone.now()
+        read, at = self._clock_read
+        return read + dt.timedelta(seconds=time.monotonic() - at)
 
     def start(self) -> None:
         """Register this process (host, pid) with its first heartbeat."""
@@ -308,7 +322,7 @@ class Scheduler:
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
-                self._clock_offset = db_now - dj_timezone.now()
+                self._clock_read = (db_now, time.monotonic())
         judging = self.outage.may_judge_others() and not bursting
         # After an outage every peer looks stale: judge none gone until they could beat.
         if judging and self.rollout.peers_changed(self.process, peeked.others, self.now()):
