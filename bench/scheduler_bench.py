@@ -369,9 +369,9 @@ def _raw_connect(db: dict[str, Any]) -> Any:
         return conn, "NOW(6)", "%s", " FOR UPDATE SKIP LOCKED"
     import sqlite3
 
-    conn = sqlite3.connect(db["TEST"]["NAME"], isolation_level=None, timeout=20)
+    lite = sqlite3.connect(db["TEST"]["NAME"], isolation_level=None, timeout=20)
     # Django stores SQLite datetimes as ISO text; the lock is BEGIN IMMEDIATE's.
-    return conn, "strftime('%Y-%m-%d %H:%M:%f', 'now')", "?", ""
+    return lite, "strftime('%Y-%m-%d %H:%M:%f', 'now')", "?", ""
 
 
 def _raw_worker(
