@@ -203,18 +203,42 @@ def can_insert_new(using: str) -> bool:
     return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
 
 
-def insert_new(objs: Sequence[Model], key: str, using: str) -> list[Model]:
+def insert_new(
+    objs: Sequence[Model],
+    key: str,
+    using: str,
+    *,
+    after: tuple[type[Model], list[str], Sequence[tuple[Any, ...]]] | None = None,
+) -> list[Model]:
     """Insert `objs` in one statement, skipping any a unique constraint refuses; return those
     inserted, their primary keys set.
 
     Which were inserted is read from the returned (pk, `key`) pairs, so `key` (a column such
     as the run's task) must be distinct within `objs`. PostgreSQL and SQLite 3.35+ only (see
     can_insert_new()); the conflicting rows cost nothing, no savepoint is needed.
+
+    `after` is an update_many() (model, fields, rows) to make first. On PostgreSQL it goes
+    in the same statement, as a data-modifying WITH (run whether or not the INSERT reads it):
+    a batch of claims then costs one round trip to the server less.
     """
     if not objs:
+        if after is not None:
+            update_many(*after, using)
         return []
     meta: Any = type(objs[0])._meta
     connection = connections[using]
+    prefix = ""
+    prefix_params: list[Any] = []
+    if after is not None:
+        if connection.vendor == "postgresql" and len(objs) <= CHUNK and 0 < len(after[2]) <= CHUNK:
+            model, names, values = after
+            columns: list[Any] = [model._meta.pk, *(model._meta.get_field(n) for n in names)]
+            sql, prefix_params = _postgresql(
+                model, columns, _prepared(columns, values, connection), connection
+            )
+            prefix = f"WITH advanced AS ({sql}) "
+        else:
+            update_many(*after, using)
     quote = connection.ops.quote_name
     by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
     assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"
@@ -247,8 +271,8 @@ def insert_new(objs: Sequence[Model], key: str, using: str) -> list[Model]:
             if connection.vendor == "postgresql":
                 # One array per column, as in update_many: a statement of constant text.
                 arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
-                sql = f"{head} SELECT * FROM unnest({arrays}){tail}"
-                params = [list(column) for column in zip(*chunk, strict=True)]
+                sql = f"{prefix}{head} SELECT * FROM unnest({arrays}){tail}"
+                params = [*prefix_params, *(list(column) for column in zip(*chunk, strict=True))]
             else:
                 row = "({})".format(", ".join(["%s"] * len(fields)))
                 sql, params = f"{head} VALUES {', '.join([row] * len(chunk))}{tail}", _flat(chunk)

@@ -198,17 +198,18 @@ class Claimer:
                 setattr(task, field, value)
         # The rows are locked by this transaction, so no compare-and-set is needed.
         fields = list(planned[0][2])
-        bulk.update_many(
+        advance = (
             Task,
             fields,
             [(task.pk, *(changes[f] for f in fields)) for task, _, changes, _ in planned],
-            self.using,
         )
         pending = [(run, declaration) for _, declaration, _, run in planned if run is not None]
+        if bulk.can_insert_new(self.using):
+            # The cursors advanced in the runs' INSERT on PostgreSQL: one statement.
+            return self.insert_new(pending, after=advance)
+        bulk.update_many(*advance, self.using)
         if not pending:
             return []
-        if bulk.can_insert_new(self.using):
-            return self.insert_new(pending)
         if connections[self.using].features.can_return_rows_from_bulk_insert:
             try:
                 with transaction.atomic(using=self.using):
@@ -263,10 +264,16 @@ class Claimer:
         return [(run, d) for run, d in pending if self.insert(run)]
 
     def insert_new(
-        self, pending: list[tuple[Run, TaskDeclaration]]
+        self,
+        pending: list[tuple[Run, TaskDeclaration]],
+        *,
+        after: tuple[type[Task], list[str], list[tuple[Any, ...]]] | None = None,
     ) -> list[tuple[Run, TaskDeclaration]]:
-        """Insert the runs in one statement; the ones a unique conflict refused fired elsewhere."""
-        inserted = {id(run) for run in bulk.insert_new([r for r, _ in pending], "task", self.using)}
+        """Insert the runs in one statement; the ones a unique conflict refused fired elsewhere.
+
+        `after`: the tasks' update to make first (bulk.insert_new())."""
+        runs = [r for r, _ in pending]
+        inserted = {id(run) for run in bulk.insert_new(runs, "task", self.using, after=after)}
         for run, _ in pending:
             if id(run) not in inserted:
                 self.already_fired(run)

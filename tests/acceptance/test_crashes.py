@@ -98,10 +98,12 @@ def test_sigterm_during_a_long_run_marks_it_interrupted_and_exits_0(
 # -- kill -9 between claim and commit ------------------------------------------------------
 
 BLOCKED_INSERT = {
-    # The backend id and statement of a session waiting on a lock while inserting a Run.
+    # The backend id and statement of a session waiting on a lock while inserting a Run
+    # (on PostgreSQL the claim's INSERT carries the cursors' UPDATE in a WITH before it).
     "postgresql": """
         SELECT pid FROM pg_stat_activity
-        WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "django_posixcron_run"%%'
+        WHERE wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO "django_posixcron_run"%%'
+          AND pid <> pg_backend_pid()
     """,
     "mysql": """
         SELECT id FROM information_schema.processlist

@@ -17,6 +17,7 @@ from django.db.models import (
     IntegerField,
     TextField,
 )
+from django.test.utils import CaptureQueriesContext
 from django.utils.translation import gettext_lazy
 
 from django_posixcron.models import Run, RunStatus, Task
@@ -64,6 +65,31 @@ def test_update_many_over_several_statements_and_durations() -> None:
     got = dict(Run.objects.values_list("pk", "duration"))
     assert got == {pk: duration for pk, _, duration in rows}
     assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+
+
+@pytest.mark.skipif(
+    not bulk.can_insert_new("default"), reason="no INSERT ... ON CONFLICT ... RETURNING here"
+)
+def test_insert_new_after_an_update_writes_both_and_refuses_what_fired_already() -> None:
+    """The claim's writes: the cursors advanced, then the runs inserted, a run whose
+    occurrence another process inserted first refused; on PostgreSQL in one statement."""
+    tasks = TaskFactory.create_batch(3)
+    fired = RunFactory.create(task=tasks[2], scheduled_for=NOW)
+    later = NOW + dt.timedelta(hours=1)
+    runs = [
+        RunFactory.build(task=task, scheduled_for=NOW, status=RunStatus.RUNNING) for task in tasks
+    ]
+    advance = (Task, ["next_run_at", "due_at"], [(t.pk, later, later) for t in tasks])
+
+    with CaptureQueriesContext(connection) as queries:
+        inserted = bulk.insert_new(runs, "task", "default", after=advance)
+
+    assert inserted == runs[:2]
+    assert all(run.pk is not None for run in inserted)
+    assert set(Run.objects.values_list("pk", flat=True)) == {fired.pk, *(r.pk for r in inserted)}
+    assert set(Task.objects.values_list("next_run_at", "due_at")) == {(later, later)}
+    if connection.vendor == "postgresql":
+        assert len(queries) == 1, [q["sql"] for q in queries]
 
 
 def _samples(field: Any) -> list[Any]:
