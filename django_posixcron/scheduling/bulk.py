@@ -101,7 +101,7 @@ def update_many(
     if not rows:
         return
     connection = connections[using]
-    columns: list[Any] = [model._meta.pk, *(model._meta.get_field(name) for name in fields)]
+    columns = _update_columns(model, fields)
     params = _prepared(columns, rows, connection)
     vendor = connection.vendor
     if vendor == "sqlite" and not SQLITE_UPDATE_FROM:
@@ -111,6 +111,11 @@ def update_many(
     with connection.cursor() as cursor:
         for start in range(0, len(params), CHUNK):
             cursor.execute(*build(model, columns, params[start : start + CHUNK], connection))
+
+
+def _update_columns(model: type[Model], fields: list[str]) -> list[Any]:
+    """The primary key, then `fields`: the columns of update_many()'s rows."""
+    return [model._meta.pk, *(model._meta.get_field(name) for name in fields)]
 
 
 def _flat(rows: list[list[Any]]) -> list[Any]:
@@ -208,7 +213,7 @@ def insert_new(
     key: str,
     using: str,
     *,
-    after: tuple[type[Model], list[str], Sequence[tuple[Any, ...]]] | None = None,
+    update_first: tuple[type[Model], list[str], Sequence[tuple[Any, ...]]] | None = None,
 ) -> list[Model]:
     """Insert `objs` in one statement, skipping any a unique constraint refuses; return those
     inserted, their primary keys set.
@@ -217,28 +222,28 @@ def insert_new(
     as the run's task) must be distinct within `objs`. PostgreSQL and SQLite 3.35+ only (see
     can_insert_new()); the conflicting rows cost nothing, no savepoint is needed.
 
-    `after` is an update_many() (model, fields, rows) to make first. On PostgreSQL it goes
-    in the same statement, as a data-modifying WITH (run whether or not the INSERT reads it):
-    a batch of claims then costs one round trip to the server less.
+    `update_first` is an update_many() (model, fields, rows) to make before inserting. On
+    PostgreSQL it goes in the same statement, as a data-modifying WITH (run whether or not
+    the INSERT reads it): a batch of claims then costs one round trip to the server less.
     """
     if not objs:
-        if after is not None:
-            update_many(*after, using)
+        if update_first is not None:
+            update_many(*update_first, using)
         return []
     meta: Any = type(objs[0])._meta
     connection = connections[using]
     prefix = ""
     prefix_params: list[Any] = []
-    if after is not None:
-        if connection.vendor == "postgresql" and len(objs) <= CHUNK and 0 < len(after[2]) <= CHUNK:
-            model, names, values = after
-            columns: list[Any] = [model._meta.pk, *(model._meta.get_field(n) for n in names)]
+    if update_first is not None:
+        model, names, values = update_first
+        if connection.vendor == "postgresql" and len(objs) <= CHUNK and 0 < len(values) <= CHUNK:
+            columns = _update_columns(model, names)
             sql, prefix_params = _postgresql(
                 model, columns, _prepared(columns, values, connection), connection
             )
             prefix = f"WITH advanced AS ({sql}) "
         else:
-            update_many(*after, using)
+            update_many(model, names, values, using)
     quote = connection.ops.quote_name
     by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
     assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"

@@ -206,7 +206,7 @@ class Claimer:
         pending = [(run, declaration) for _, declaration, _, run in planned if run is not None]
         if bulk.can_insert_new(self.using):
             # The cursors advanced in the runs' INSERT on PostgreSQL: one statement.
-            return self.insert_new(pending, after=advance)
+            return self.insert_new(pending, update_first=advance)
         bulk.update_many(*advance, self.using)
         if not pending:
             return []
@@ -267,13 +267,14 @@ class Claimer:
         self,
         pending: list[tuple[Run, TaskDeclaration]],
         *,
-        after: tuple[type[Task], list[str], list[tuple[Any, ...]]] | None = None,
+        update_first: tuple[type[Task], list[str], list[tuple[Any, ...]]] | None = None,
     ) -> list[tuple[Run, TaskDeclaration]]:
         """Insert the runs in one statement; the ones a unique conflict refused fired elsewhere.
 
-        `after`: the tasks' update to make first (bulk.insert_new())."""
+        `update_first`: the tasks' update to make before inserting (bulk.insert_new())."""
         runs = [r for r, _ in pending]
-        inserted = {id(run) for run in bulk.insert_new(runs, "task", self.using, after=after)}
+        written = bulk.insert_new(runs, "task", self.using, update_first=update_first)
+        inserted = {id(run) for run in written}
         for run, _ in pending:
             if id(run) not in inserted:
                 self.already_fired(run)

@@ -82,7 +82,7 @@ def test_insert_new_after_an_update_writes_both_and_refuses_what_fired_already()
     advance = (Task, ["next_run_at", "due_at"], [(t.pk, later, later) for t in tasks])
 
     with CaptureQueriesContext(connection) as queries:
-        inserted = bulk.insert_new(runs, "task", "default", after=advance)
+        inserted = bulk.insert_new(runs, "task", "default", update_first=advance)
 
     assert inserted == runs[:2]
     assert all(run.pk is not None for run in inserted)
