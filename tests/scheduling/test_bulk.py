@@ -92,6 +92,50 @@ def test_insert_new_after_an_update_writes_both_and_refuses_what_fired_already()
         assert len(queries) == 1, [q["sql"] for q in queries]
 
 
+def test_update_many_with_columns_the_same_in_every_row_and_one_not() -> None:
+    """A column with one value for every row (a NULL too) is written as a single value on
+    PostgreSQL: every row still gets it, a one-row batch included."""
+    tasks = TaskFactory.create_batch(3, retry_at=NOW, last_run_status="failed")
+    later = NOW + dt.timedelta(minutes=7)
+    rows = [(t.pk, None, "succeeded", later + dt.timedelta(seconds=i)) for i, t in enumerate(tasks)]
+    bulk.update_many(Task, ["retry_at", "last_run_status", "due_at"], rows, "default")
+    bulk.update_many(Task, ["consecutive_failures"], [(tasks[0].pk, 4)], "default")
+
+    got = {
+        t.pk: (t.retry_at, t.last_run_status, t.due_at, t.consecutive_failures)
+        for t in Task.objects.all()
+    }
+    assert got == {
+        pk: (None, status, due, 4 if pk == tasks[0].pk else 0) for pk, _, status, due in rows
+    }
+
+
+@pytest.mark.skipif(
+    not bulk.can_insert_new("default"), reason="no INSERT ... ON CONFLICT ... RETURNING here"
+)
+def test_insert_new_keyed_by_a_later_column_with_most_values_shared() -> None:
+    """Rows keyed by a column that is not the first, most others the same in every row:
+    each value lands in its own column, and the conflicting row is refused."""
+    task = TaskFactory.create()
+    fired = RunFactory.create(task=task, scheduled_for=NOW)
+    times = [NOW - dt.timedelta(minutes=i) for i in range(3)]
+    runs = [
+        RunFactory.build(
+            task=task, scheduled_for=at, attempt=i + 1, started_at=NOW, status=RunStatus.RUNNING
+        )
+        for i, at in enumerate(times)
+    ]
+
+    inserted = bulk.insert_new(runs, "attempt", "default")
+
+    assert inserted == runs[1:]
+    stored = Run.objects.exclude(pk=fired.pk).order_by("attempt")
+    assert [
+        (r.pk, r.task_id, r.scheduled_for, r.attempt, r.status, r.started_at) for r in stored
+    ] == [(r.pk, task.pk, r.scheduled_for, r.attempt, RunStatus.RUNNING, NOW) for r in runs[1:]]
+    assert [r.attempt for r in stored] == [2, 3]
+
+
 def _samples(field: Any) -> list[Any]:
     """Values the scheduler writes into `field`, of its plain type and not."""
     if isinstance(field, ForeignKey):
