@@ -28,6 +28,7 @@ from django_posixcron.db import app_alias, database_now
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.deployments import Peer, live_peers
 from django_posixcron.models import SchedulerProcess, Task
+from django_posixcron.scheduling import bulk
 from django_posixcron.timing import first_cursor, zone
 
 logger = logging.getLogger(__name__)
@@ -421,7 +422,11 @@ def _write(result: Plan, alias: str) -> None:
     for change in result.update:
         by_fields.setdefault(tuple(sorted(set(change.fields))), []).append(change.task)
     for fields, tasks in by_fields.items():
-        Task.objects.using(alias).bulk_update(tasks, list(fields), batch_size=BATCH_SIZE)
+        # One UPDATE ... FROM (VALUES / unnest) per chunk of rows, not Django's bulk_update(),
+        # whose CASE WHEN per row and field made rewriting 100,000 tasks take 70 s more.
+        bulk.update_many(
+            Task, list(fields), [(t.pk, *(getattr(t, f) for f in fields)) for t in tasks], alias
+        )
     retire_ids = [c.task.pk for c in result.retire]
     for chunk in _chunks(retire_ids):
         Task.objects.using(alias).filter(pk__in=chunk).update(declared=False, updated_at=result.now)

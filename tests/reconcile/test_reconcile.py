@@ -80,6 +80,41 @@ def test_stored_row_matches_the_declaration():
     assert plan(declarations, Task.objects.all(), NOW).is_empty
 
 
+def test_rewritten_rows_match_their_new_declarations_field_by_field():
+    """Every definition field rewritten on many rows at once, values shared by all rows and
+    values that differ, NULLs and JSON included: read back, the rows plan as unchanged."""
+    names = [f"t{i}" for i in range(7)]
+    reconcile(now=NOW, declarations=declare(**{n: task(timeout=5) for n in names}))
+    redeclared = declare(
+        **{
+            n: task(
+                f"{i} 0 1,15 * 1",
+                callable="tests.testapp.jobs.record",
+                kwargs={"label": f"x{i}", "task_name": n} if i % 2 else {},
+                timezone="Europe/Berlin" if i % 3 else "UTC",
+                retry_delay=dt.timedelta(seconds=90, microseconds=i),
+                timeout=None if i % 2 else 1.5,
+                overlap="allow",
+                description=f"Ünïcode {i}",
+            )
+            for i, n in enumerate(names)
+        }
+    )
+
+    result = reconcile(now=NOW, declarations=redeclared)
+
+    assert [c.task.name for c in result.update] == names
+    rows = {t.name: t for t in Task.objects.all()}
+    for n, declaration in redeclared.items():
+        assert (rows[n].kwargs, rows[n].timeout, rows[n].description) == (
+            declaration.kwargs,
+            declaration.timeout,
+            declaration.description,
+        )
+        assert rows[n].definition_hash == declaration.definition_hash
+    assert plan(redeclared, Task.objects.all(), NOW).is_empty
+
+
 def test_pause_and_history_survive_redeclaration_and_retirement():
     reconcile(now=NOW, declarations=declare(a=task()))
     row = Task.objects.get(name="a")
