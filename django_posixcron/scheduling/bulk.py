@@ -309,12 +309,12 @@ def insert_new(
             if connection.vendor == "postgresql":
                 # Arrays and scalars, as in update_many; the key column first, always an
                 # array (its values are distinct), and the columns in the INSERT's order.
-                values, source, unnested = _unnest(
+                selected, source, unnested = _unnest(
                     [fields[k], *fields[:k], *fields[k + 1 :]],
                     [[row[k], *row[:k], *row[k + 1 :]] for row in chunk],
                     connection,
                 )
-                select = ", ".join([*values[1 : k + 1], values[0], *values[k + 1 :]])
+                select = ", ".join([*selected[1 : k + 1], selected[0], *selected[k + 1 :]])
                 sql = f"{prefix}{head} SELECT {select} FROM {source}{tail}"
                 params = [*prefix_params, *unnested]
             else:
