@@ -163,7 +163,7 @@ def _unnest(
     arrays: list[Any] = []
     names: list[str] = []
     for i, (field, column) in enumerate(zip(columns, zip(*rows, strict=True), strict=True)):
-        cast = field.db_type(connection)
+        cast = _cast_type(field, connection)
         first = column[0]
         if i and all(v is first or (type(v) is type(first) and v == first) for v in column):
             values.append(f"%s::{cast}")
@@ -176,6 +176,14 @@ def _unnest(
         ", ".join(f"%s::{cast}[]" for _, cast in arrays), ", ".join(names)
     )
     return values, source, [*scalars, *(array for array, _ in arrays)]
+
+
+def _cast_type(field: Any, connection: Any) -> str:
+    """The type a parameter for `field` is cast to: its column's, but a ``varchar`` without
+    its length. An explicit cast to ``varchar(n)`` cuts a longer value silently, where
+    writing it to the column fails ("value too long"), as an ORM write of it does."""
+    kind: str = field.db_type(connection)
+    return "varchar" if kind.startswith("varchar(") else kind
 
 
 def _sqlite(

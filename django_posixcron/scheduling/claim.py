@@ -181,7 +181,7 @@ class Claimer:
             scheduled_for=claimed.scheduled_for,
             started_at=now,
             process=process,
-            process_label=process.label,
+            process_label=process.label[:255],  # the host name alone may be 255 long
         )
         if claimed.skipped:
             run.finished_at = now

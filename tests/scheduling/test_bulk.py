@@ -7,7 +7,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 from django.db.models import (
     BooleanField,
     CharField,
@@ -134,6 +134,18 @@ def test_insert_new_keyed_by_a_later_column_with_most_values_shared() -> None:
         (r.pk, r.task_id, r.scheduled_for, r.attempt, r.status, r.started_at) for r in stored
     ] == [(r.pk, task.pk, r.scheduled_for, r.attempt, RunStatus.RUNNING, NOW) for r in runs[1:]]
     assert [r.attempt for r in stored] == [2, 3]
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite does not enforce a length")
+def test_a_value_too_long_for_its_column_fails_the_write_not_cut_short() -> None:
+    """An explicit cast to varchar(n) would store the first n characters without a word."""
+    task = TaskFactory.create()
+    too_long = "x" * 256  # the schedule column is 255 characters
+
+    with pytest.raises(DataError):
+        bulk.update_many(Task, ["schedule"], [(task.pk, too_long)], "default")
+
+    assert Task.objects.get(pk=task.pk).schedule == task.schedule
 
 
 def _samples(field: Any) -> list[Any]:
