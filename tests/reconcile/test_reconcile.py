@@ -115,6 +115,29 @@ def test_rewritten_rows_match_their_new_declarations_field_by_field():
     assert plan(redeclared, Task.objects.all(), NOW).is_empty
 
 
+@pytest.mark.parametrize("count", [3, 40])
+def test_rewriting_retiring_and_restoring_costs_the_same_queries_for_any_number_of_tasks(
+    count, django_assert_max_num_queries
+):
+    """Planning reads only some of a row's fields: touching another one on a planned row
+    would cost a query per task. The statements per reconciliation stay a fixed handful."""
+    names = [f"t{i:02d}" for i in range(count)]
+    reconcile(now=NOW, declarations=declare(**{n: task() for n in names}))
+    Task.objects.update(paused=True, consecutive_failures=2, last_run_status="failed")
+    half = names[: count // 2]
+
+    with django_assert_max_num_queries(12):
+        result = reconcile(now=NOW, declarations=declare(**{n: task("0 4 * * *") for n in half}))
+    with django_assert_max_num_queries(12):
+        restored = reconcile(now=NOW, declarations=declare(**{n: task() for n in names}))
+
+    assert (len(result.update), len(result.retire)) == (len(half), count - len(half))
+    assert len(restored.update) == count
+    assert set(Task.objects.values_list("paused", "consecutive_failures", "declared")) == {
+        (True, 2, True)
+    }
+
+
 def test_pause_and_history_survive_redeclaration_and_retirement():
     reconcile(now=NOW, declarations=declare(a=task()))
     row = Task.objects.get(name="a")
