@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,3 +85,63 @@ def test_a_scheduler_of_the_previous_release_can_still_write_rows():
     assert (new_task.retry_attempt, new_task.paused_reason) == (0, "")
     run = Run.objects.get(task=new_task)
     assert (run.attempt, run.occurrence) == (1, None)
+
+
+def _run_table_indexes() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        return connection.introspection.get_constraints(cursor, "django_posixcron_run")
+
+
+def _task_only_indexes() -> list[str]:
+    return [
+        name
+        for name, info in _run_table_indexes().items()
+        if info["index"] and not info["unique"] and info["columns"] == ["task_id"]
+    ]
+
+
+def test_dropping_the_runs_task_index_drops_only_that_index_and_can_be_undone():
+    # 0005: the index on run.task_id alone goes (two indexes lead with the task already),
+    # without Django's AlterField, which drops and re-adds the foreign key (a lock on the
+    # whole history; a table copy on MariaDB) or rebuilds the table (SQLite).
+    before = [("django_posixcron", "0004_handoff")]
+    after = [("django_posixcron", "0005_run_task_index")]
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate(before)
+        if connection.vendor != "mysql":
+            # MariaDB never had one: InnoDB's foreign key uses the unique constraint's index.
+            assert len(_task_only_indexes()) == 1
+        executor = MigrationExecutor(connection)
+        with CaptureQueriesContext(connection) as queries:
+            executor.migrate(after)
+        schema_changes = [
+            q["sql"]
+            for q in queries.captured_queries
+            if q["sql"].lstrip().upper().startswith(("CREATE", "ALTER", "DROP"))
+        ]
+        assert _task_only_indexes() == []
+        if connection.vendor == "mysql":
+            assert schema_changes == []
+        else:
+            assert len(schema_changes) == 1
+            assert schema_changes[0].startswith("DROP INDEX")
+        indexes = _run_table_indexes()
+        assert indexes["posixcron_run_once_per_occurrence"]["columns"][0] == "task_id"
+        assert indexes["posixcron_run_task_sched"]["columns"][0] == "task_id"
+        # The foreign key is still there.
+        assert any(
+            info["foreign_key"] == ("django_posixcron_task", "id")
+            for info in indexes.values()
+            if info["columns"] == ["task_id"]
+        )
+
+        executor = MigrationExecutor(connection)
+        executor.migrate(before)
+        if connection.vendor != "mysql":
+            assert len(_task_only_indexes()) == 1
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert _task_only_indexes() == []
