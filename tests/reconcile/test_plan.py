@@ -165,3 +165,28 @@ def test_lost_cursor_is_restored():
     [change] = plan(declare(a=task()), rows, NOW).update
     assert change.task.next_run_at is not None
     assert change.task.due_at == change.task.next_run_at
+
+
+def _stored(row: Task) -> dict[str, object]:
+    return {f.attname: getattr(row, f.attname) for f in Task._meta.concrete_fields}
+
+
+def test_rows_are_left_as_they_were_unless_planned_in_place():
+    declarations = declare(a=task("15 3 * * *"), b=task("0 4 * * *"))
+    rows = rows_after(declarations)
+    for row in rows:
+        row.declared = row.name == "a"  # a to rewrite, b to restore
+    rows.append(rows_after(declare(c=task()))[0])  # c to retire
+    before = [_stored(row) for row in rows]
+    changed = declare(a=task("30 3 * * *"), b=task("0 4 * * *"))
+
+    result = plan(changed, rows, NOW)
+    assert [_stored(row) for row in rows] == before
+    assert not any(c.task in rows for c in result.changes)
+
+    # Reconciling reads rows for one plan alone: the plan takes them over instead of copying
+    # each (a deploy rewriting 100,000 tasks held both).
+    in_place = plan(changed, rows, NOW, in_place=True)
+    assert [c.task for c in in_place.changes] == rows
+    assert in_place.lines() == result.lines()
+    assert [_stored(c.task) for c in in_place.changes] == [_stored(c.task) for c in result.changes]
