@@ -41,3 +41,31 @@ def test_the_heap_pages_freed_between_live_objects_are_returned():
     returned = before - resident_kib()
     assert returned >= freed_kib // 2, (returned, freed_kib)
     assert len(pinned) == COUNT // PINNED_EVERY
+
+
+class Looked:
+    """A class whose attributes are looked up by names made at run time."""
+
+
+ARENA_STRINGS = 16_384  # 60-byte strings: about one of the object allocator's 1 MiB arenas
+ARENAS = 48
+
+
+def test_names_left_in_the_type_cache_do_not_keep_freed_arenas_resident():
+    # Amid each arena's worth of short-lived strings, one is used as an attribute name on a
+    # class (as Django's compiler does with "as_" + vendor), and CPython's type cache keeps
+    # it: every arena then stays resident for one string, after everything else is freed.
+    before = resident_kib()
+    batches = []
+    for arena in range(ARENAS):
+        batch = [f"as_{arena:04d}_{i:06d}_" + "x" * 36 for i in range(ARENA_STRINGS)]
+        getattr(Looked, batch[-1], None)
+        batches.append(batch)
+    grown = resident_kib() - before
+    del batches, batch
+
+    memory.release_freed_memory()
+
+    kept = resident_kib() - before
+    assert grown > 32 * 1024, grown  # the strings were resident
+    assert kept < grown // 4, (kept, grown)
