@@ -337,8 +337,9 @@ class Run(models.Model):
     """One execution (or recorded skip) of a task."""
 
     # No index of its own: the unique constraint and posixcron_run_task_sched both lead with
-    # the task, and serve every lookup by task (the admin, the cascade on delete). A third
-    # index on the column cost every run inserted and deleted one more index write.
+    # the task, and serve every lookup by task (the admin, the overlap check, the cascade on
+    # delete). A third index on the column cost one more index write for every run inserted,
+    # given its outcome (which changes indexed columns) or deleted.
     task = models.ForeignKey(
         Task,
         on_delete=models.CASCADE,
