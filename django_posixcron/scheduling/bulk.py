@@ -134,10 +134,10 @@ def _postgresql(
 ) -> tuple[str, list[Any]]:
     """``UPDATE ... FROM unnest(arrays)``: one array per column whose values differ, each
     cast to its column's type, NULLs included; a column with one value for every row is set
-    from that value (see _unnest())."""
+    from that value (see unnest())."""
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    values, source, params = _unnest(columns, params, connection)
+    values, source, params = unnest(columns, params, connection)
     sets = ", ".join(
         f"{quote(field.column)} = {value}"
         for field, value in zip(columns[1:], values[1:], strict=True)
@@ -146,7 +146,7 @@ def _postgresql(
     return sql, params
 
 
-def _unnest(
+def unnest(
     columns: list[Any], rows: list[list[Any]], connection: Any
 ) -> tuple[list[str], str, list[Any]]:
     """PostgreSQL rows as ``unnest()`` of one array per column: (each column's value in SQL,
@@ -317,7 +317,7 @@ def insert_new(
             if connection.vendor == "postgresql":
                 # Arrays and scalars, as in update_many; the key column first, always an
                 # array (its values are distinct), and the columns in the INSERT's order.
-                selected, source, unnested = _unnest(
+                selected, source, unnested = unnest(
                     [fields[k], *fields[:k], *fields[k + 1 :]],
                     [[row[k], *row[:k], *row[k + 1 :]] for row in chunk],
                     connection,

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connections
 
 from django_posixcron.models import Run, RunCount
+from django_posixcron.scheduling import bulk
 
 Key = tuple[str, str, str]  # task name, trigger, status
 
@@ -48,10 +49,16 @@ def count_runs(runs: Iterable[Run], using: str) -> None:
         key=", ".join(names[:3]), count=names[3], table=quote(meta.db_table)
     )
     rows = sorted(counts.items())
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)}) "
-        f"VALUES {', '.join(['(%s, %s, %s, %s)'] * len(rows))} {conflict}"
-    )
-    params = [value for key, n in rows for value in (*key, n)]
+    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)})"
+    if connection.vendor == "postgresql":
+        # One array per column that differs, as the bulk writes send them: the statement's
+        # text stays the same whatever the batch, so the driver parses it once, where a
+        # VALUES row per counter (four parameters each) was parsed again for every batch
+        # (profiled: a twentieth of the loop's time in a burst).
+        selected, source, params = bulk.unnest(fields, [[*key, n] for key, n in rows], connection)
+        sql = f"{head} SELECT {', '.join(selected)} FROM {source} {conflict}"
+    else:
+        sql = f"{head} VALUES {', '.join(['(%s, %s, %s, %s)'] * len(rows))} {conflict}"
+        params = [value for key, n in rows for value in (*key, n)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -184,3 +184,56 @@ def test_the_fast_preparer_prepares_as_get_db_prep_save_does(model: type[Any]) -
                 assert prepare(value) == expected, (field, value)
             compared += 1
     assert compared > 40
+
+
+def test_run_counters_add_to_existing_rows_whatever_values_differ() -> None:
+    from django_posixcron.models import RunCount
+    from django_posixcron.scheduling.counting import count_runs
+
+    a, b = TaskFactory.create_batch(2)
+    RunCount.objects.create(task_name=a.name, trigger="schedule", status="succeeded", count=5)
+
+    def runs(*specs: tuple[Task, str, str]) -> list[Run]:
+        return [Run(task=task, trigger=trigger, status=status) for task, trigger, status in specs]
+
+    # Every column the same but the count's key (sent once on PostgreSQL), then columns that
+    # differ in every way, counts of 2 among them.
+    count_runs(runs((a, "schedule", "succeeded"), (b, "schedule", "succeeded")), "default")
+    count_runs(
+        runs(
+            (a, "schedule", "succeeded"),
+            (a, "schedule", "succeeded"),
+            (a, "retry", "failed"),
+            (b, "manual", "skipped"),
+        ),
+        "default",
+    )
+
+    got = {(c.task_name, c.trigger, c.status): c.count for c in RunCount.objects.all()}
+    assert got == {
+        (a.name, "schedule", "succeeded"): 8,
+        (b.name, "schedule", "succeeded"): 1,
+        (a.name, "retry", "failed"): 1,
+        (b.name, "manual", "skipped"): 1,
+    }
+
+
+def test_run_counters_cost_one_statement_whose_text_does_not_grow_with_the_batch() -> None:
+    from django_posixcron.scheduling.counting import count_runs
+
+    tasks = TaskFactory.create_batch(40)
+    statements: list[list[str]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements[-1].append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        for batch in (tasks[:3], tasks):
+            statements.append([])
+            count_runs([Run(task=t, trigger="schedule", status="ok") for t in batch], "default")
+    assert [len(s) for s in statements] == [1, 1]
+    if connection.vendor == "postgresql":
+        # The counters travel as arrays: one text for 3 counters and for 40, which the
+        # driver parses once.
+        assert statements[0] == statements[1]
