@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, Model, OuterRef, QuerySet, Subquery, Sum, Value
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
@@ -31,6 +32,50 @@ logger = logging.getLogger("django_posixcron.scheduler.claim")
 MISMATCH_RECHECK = dt.timedelta(seconds=60)
 
 Planned = tuple[Task, "TaskDeclaration", dict[str, Any], Run | None]
+
+
+def _defaults(model: type[Model]) -> list[tuple[str, Callable[[], Any]]]:
+    """Each concrete field's attribute name and a function giving its default."""
+    out: list[tuple[str, Callable[[], Any]]] = []
+    for field in model._meta.concrete_fields:
+        if field.has_default() and callable(field.default):
+            out.append((field.attname, field.get_default))
+        else:
+            # A constant default (or none: "" or None), computed once.
+            out.append((field.attname, functools.partial(_same, field.get_default())))
+    return out
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_RUN_FIELDS = _defaults(Run)
+_RUN_TASK: Any = Run._meta.get_field("task")
+_RUN_PROCESS: Any = Run._meta.get_field("process")
+
+
+def new_run(task: Task, process: SchedulerProcess, **values: Any) -> Run:
+    """``Run(task=task, process=process, **values)``, built from positional values.
+
+    Given keywords, Django's model constructor pops and checks each field's keyword and
+    sets each relation through its descriptor (which asks the database routers): 31 µs a
+    run on the 2-core machine, against 8 µs positionally, and a tenth of the loop's time in
+    a burst. The task and the process are cached on the run as the descriptor caches them.
+    """
+    values["task_id"] = task.pk
+    values["process_id"] = process.pk
+    row: list[Any] = [
+        values.pop(name) if name in values else default() for name, default in _RUN_FIELDS
+    ]
+    # Positional model arguments are Django's own fast path (from_db() uses it); the stubs'
+    # plugin types only keywords.
+    run = Run(*row)  # type: ignore[misc]
+    if values:
+        raise TypeError(f"Run has no fields {', '.join(sorted(values))}")
+    _RUN_TASK.set_cached_value(run, task)
+    _RUN_PROCESS.set_cached_value(run, process)
+    return run
 
 
 class Claimer:
@@ -172,15 +217,15 @@ class Claimer:
         occurrence, attempt = rules.attempt_of(
             claimed.trigger, claimed.scheduled_for, task.retry_occurrence, task.retry_attempt
         )
-        run = Run(
-            task=task,
+        run = new_run(
+            task,
+            process,
             occurrence=occurrence,
             attempt=attempt,
             trigger=claimed.trigger,
             status=RunStatus.SKIPPED if claimed.skipped else RunStatus.RUNNING,
             scheduled_for=claimed.scheduled_for,
             started_at=now,
-            process=process,
             process_label=process.label[:255],  # the host name alone may be 255 long
         )
         if claimed.skipped:
