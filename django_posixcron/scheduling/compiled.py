@@ -95,12 +95,15 @@ class CompiledQuery:
     def instances(self, model: type[M], **instants: dt.datetime) -> list[M]:
         """Run a model query (no values()); return its rows as instances, as the ORM would.
 
+        The query may select every column or, with ``only()``, some of them, its primary key
+        among them: the others are deferred, loaded on first access as the ORM loads them.
         Selected annotations become attributes, like ``QuerySet.annotate()`` sets them.
         """
-        fields = [f.attname for f in model._meta.concrete_fields]
-        count = len(fields)
-        if self.names[:count] != fields:
-            raise ValueError(f"not a query of every {model.__name__} column: {self.names}")
+        attnames = {f.attname for f in model._meta.concrete_fields}
+        count = next((i for i, n in enumerate(self.names) if n not in attnames), len(self.names))
+        fields = self.names[:count]
+        if model._meta.pk.attname not in fields:
+            raise ValueError(f"not a query of {model.__name__} rows: {self.names}")
         annotations = self.names[count:]
         result = []
         for row in self._fetch(instants):

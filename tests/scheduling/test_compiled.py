@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.db.models import Value
+from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.claim import peek
@@ -166,6 +169,24 @@ def test_instances_are_whole_models_with_their_annotations() -> None:
     assert not got[0]._state.adding
     assert [t.pk for t in compiled.instances(Task, now=NOW)] == [task.pk]
 
-    partial = CompiledQuery("default", lambda **at: Task.objects.only("name"), [])
-    with pytest.raises(ValueError, match="not a query of every Task column"):
-        partial.instances(Task)
+    values = CompiledQuery("default", lambda **at: Task.objects.values("name"), [])
+    with pytest.raises(ValueError, match="not a query of Task rows"):
+        values.instances(Task)
+
+
+def test_instances_of_some_columns_defer_the_others() -> None:
+    task = TaskFactory.create(kwargs={"region": "eu"}, next_run_at=NOW, description="nightly")
+
+    partial = CompiledQuery(
+        "default", lambda **at: Task.objects.only("name", "next_run_at").annotate(one=Value(1)), []
+    )
+    (got,) = partial.instances(Task)
+    assert (got.pk, got.name, got.next_run_at, got.one) == (task.pk, task.name, NOW, 1)  # type: ignore[attr-defined]
+    assert got.get_deferred_fields() == {f.attname for f in Task._meta.concrete_fields} - {
+        "id",
+        "name",
+        "next_run_at",
+    }
+    with CaptureQueriesContext(connection) as captured:
+        assert got.description == "nightly"  # loaded on access, as the ORM does
+    assert len(captured.captured_queries) == 1

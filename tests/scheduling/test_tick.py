@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 import pytest
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
-from django_posixcron.signals import run_finished, run_started
+from django_posixcron.signals import run_finished, run_started, task_failing
 from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
@@ -421,3 +422,62 @@ def test_a_task_whose_definition_comes_to_match_is_claimed_again(tasks, make_sch
     result = scheduler.tick(T0 + 2 * MINUTE)
     finished(scheduler)
     assert [r.scheduled_for for r in result.started] == [T0]
+
+
+def test_the_claimed_rows_carry_every_field_their_runs_read(
+    tasks, make_scheduler, settings, gate, monkeypatch
+):
+    # The claim leaves a few columns of a task unread (claim.UNREAD_IN_CLAIM); reading one on
+    # a run's path would cost a query per run. Record every deferred load: the test app's
+    # run_finished receiver reads run.task.kwargs, which the claim does read.
+    loads: list[tuple[str, list[str] | None]] = []
+    original = Task.refresh_from_db
+
+    def recording(self: Task, *args: Any, **kwargs: Any) -> None:
+        loads.append((self.name, kwargs.get("fields")))
+        original(self, *args, **kwargs)
+
+    name, event = gate
+    settings.POSIXCRON = {
+        "TASKS": {"flaky": {"schedule": "* * * * *", "callable": "x.y", "pause_after_failures": 1}},
+        "FAILING_AFTER": 1,
+    }
+    tasks("ok", schedule="* * * * *")
+    tasks("flaky", schedule="* * * * *", callable_path="tests.testapp.jobs.fail", retry_delay=60)
+    tasks(
+        "held",
+        schedule="* * * * *",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name, "task_name": "held"},
+    )
+    manual = tasks("manual", schedule="0 0 1 1 *")
+    Task.objects.filter(pk=manual.pk).update(run_requested_at=T0, due_at=T0)
+    failing: list[str] = []
+
+    def on_failing(sender: object, task: Task, **kwargs: object) -> None:
+        failing.append(task.name)
+
+    task_failing.connect(on_failing)
+    scheduler = make_scheduler(concurrency=8)  # a slot for each run, finished or not
+    monkeypatch.setattr(Task, "refresh_from_db", recording)
+    try:
+        scheduler.tick(T0)
+        scheduler.tick(T0 + MINUTE)  # "held" still runs: skipped
+        event.set()
+        finished(scheduler)
+        scheduler.tick(T0 + 2 * MINUTE)
+        finished(scheduler)
+    finally:
+        task_failing.disconnect(on_failing)
+
+    statuses = set(Run.objects.values_list("task__name", "status"))
+    assert {
+        ("ok", RunStatus.SUCCEEDED),
+        ("flaky", RunStatus.FAILED),
+        ("held", RunStatus.SKIPPED),
+        ("held", RunStatus.SUCCEEDED),
+        ("manual", RunStatus.SUCCEEDED),
+    } <= statuses
+    assert Task.objects.get(name="flaky").paused
+    assert failing == ["flaky"]
+    assert loads == []
