@@ -397,6 +397,9 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["task", "-scheduled_for"], name="posixcron_run_task_sched"),
             models.Index(fields=["status", "process"], name="posixcron_run_status_proc"),
+            # Not declared here: posixcron_run_unfinished, on task_id where the run is queued
+            # or running, made by migration 0006 on PostgreSQL and SQLite only (MariaDB has no
+            # partial indexes, and declared here it would be a full index and a warning).
             models.Index(fields=["scheduled_for"], name="posixcron_run_scheduled_for"),
             # History pruning: runs that finished more than HISTORY_DAYS ago.
             models.Index(fields=["finished_at"], name="posixcron_run_finished_at"),
