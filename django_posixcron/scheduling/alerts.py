@@ -52,7 +52,11 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
     signalling them) and one UPDATE, so every row read is won here. On SQLite, whose locking
     read locks nothing, a conditional UPDATE per row decides which were won.
     """
-    batch = unsignalled_overdue(before, using).order_by("due_at", "pk")
+    # By due time alone, the order of the due_at index: with the primary key as a tie-break,
+    # PostgreSQL sorted every overdue row to find the first 100 (0.2 s a look, once per poll
+    # interval, in a backlog of 100,000). Rows are locked skipping the held ones, so the order
+    # among equal due times matters to no deadlock.
+    batch = unsignalled_overdue(before, using).order_by("due_at")
     if connections[using].features.has_select_for_update_skip_locked:
         with transaction.atomic(using=using):
             won = list(batch.select_for_update(skip_locked=True)[:OVERDUE_BATCH])
