@@ -186,6 +186,7 @@ def _unfinished_index() -> list[str] | None:
         (definition,) = cursor.fetchone()
     # Partial: only the runs that are queued or running.
     assert "WHERE" in definition.upper(), definition
-    assert "'queued'" in definition and "'running'" in definition, definition
+    assert "'queued'" in definition, definition
+    assert "'running'" in definition, definition
     columns: list[str] = index["columns"]
     return columns
