@@ -26,6 +26,18 @@ def create_index(apps, schema_editor):
     table = apps.get_model("django_posixcron", "Run")._meta.db_table
     qn = schema_editor.quote_name
     concurrently = "CONCURRENTLY " if connection.vendor == "postgresql" else ""
+    if connection.vendor == "postgresql":
+        # An interrupted concurrent build leaves an invalid index the planner never uses;
+        # IF NOT EXISTS would keep it. Build it again.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = %s AND pg_table_is_visible(c.oid)",
+                [NAME],
+            )
+            row = cursor.fetchone()
+        if row is not None and row[0]:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY {qn(NAME)}")
     schema_editor.execute(
         f"CREATE INDEX {concurrently}IF NOT EXISTS {qn(NAME)} ON {qn(table)} ({qn('task_id')}) "
         f"WHERE {qn('status')} IN ('queued', 'running')"

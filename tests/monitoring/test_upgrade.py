@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
@@ -190,3 +190,37 @@ def _unfinished_index() -> list[str] | None:
     assert "'running'" in definition, definition
     columns: list[str] = index["columns"]
     return columns
+
+
+def test_an_interrupted_concurrent_build_is_built_again():
+    # CREATE INDEX CONCURRENTLY interrupted (a deploy killed mid-migrate) leaves an invalid
+    # index, which the planner never uses; migrating again must not keep it.
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL builds the index concurrently")
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate([("django_posixcron", "0005_run_task_index")])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE INDEX posixcron_run_unfinished ON django_posixcron_run (task_id) "
+                "WHERE status IN ('queued', 'running')"
+            )
+            try:
+                with transaction.atomic():
+                    cursor.execute(
+                        "UPDATE pg_index SET indisvalid = false "
+                        "WHERE indexrelid = 'posixcron_run_unfinished'::regclass"
+                    )
+            except DatabaseError:
+                pytest.skip("marking an index invalid needs a superuser")
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid FROM pg_index i "
+            "WHERE i.indexrelid = 'posixcron_run_unfinished'::regclass"
+        )
+        assert cursor.fetchone() == (True,)
+    assert _unfinished_index() == ["task_id"]
