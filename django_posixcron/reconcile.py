@@ -437,9 +437,20 @@ def _replan(
 
 def _write(result: Plan, alias: str) -> None:
     if result.create:
-        Task.objects.using(alias).bulk_create(
-            [c.task for c in result.create], batch_size=BATCH_SIZE
-        )
+        created = [c.task for c in result.create]
+        if bulk.can_insert_new(alias):
+            # The set-based insert of the claim: a column with one value for every task (most
+            # of a generated task set) sent once, the others as arrays, and plain values
+            # prepared without Django's generic conversion. bulk_create() prepared and quoted
+            # every value of every row: 100,000 new tasks took twice as long.
+            inserted = bulk.insert_new(created, "name", alias)
+            if len(inserted) != len(created):
+                # A task of that name was created meanwhile (no working lock): plan again.
+                raise IntegrityError(
+                    f"{len(created) - len(inserted)} of the tasks to create exist already"
+                )
+        else:
+            Task.objects.using(alias).bulk_create(created, batch_size=BATCH_SIZE)
     by_fields: dict[tuple[str, ...], list[Task]] = {}
     for change in result.update:
         by_fields.setdefault(tuple(sorted(set(change.fields))), []).append(change.task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import threading
@@ -113,6 +114,46 @@ def test_rewritten_rows_match_their_new_declarations_field_by_field():
         )
         assert rows[n].definition_hash == declaration.definition_hash
     assert plan(redeclared, Task.objects.all(), NOW).is_empty
+
+
+def test_created_rows_match_their_declarations_field_by_field():
+    """New tasks are written in one set-based insert (PostgreSQL, SQLite): values shared by
+    all rows and values that differ, NULLs, JSON and text that needs quoting included, each
+    row gets exactly what the ORM's own insert of that task gives."""
+    names = [f"n{i}" for i in range(7)]
+    declared = declare(
+        **{
+            n: task(
+                f"{i} 3 * * *",
+                callable="tests.testapp.jobs.record",
+                kwargs={"label": f'q"uo\\te {i}', "task_name": n} if i % 2 else {},
+                timezone="Europe/Berlin" if i % 3 else "UTC",
+                retry_delay=dt.timedelta(seconds=60, microseconds=i),
+                timeout=None if i % 2 else 2.5,
+                description=f"Ünïcode, 'quoted' {{{i}}}" if i % 3 else "",
+            )
+            for i, n in enumerate(names)
+        }
+    )
+
+    result = reconcile(now=NOW, declarations=declared)
+
+    assert sorted(c.task.name for c in result.create) == names
+    assert all(c.task.pk is not None for c in result.create)
+    stored = {t.name: t for t in Task.objects.all()}
+    for change in result.create:
+        # The same row the ORM writes for that task: save a copy of it, then compare.
+        expected = copy.copy(change.task)
+        expected.pk, expected.name = None, f"orm-{expected.name}"
+        expected._state.adding = True
+        expected.save()
+        expected.refresh_from_db()
+        row = stored[change.task.name]
+        assert row.pk == change.task.pk
+        for field in Task._meta.concrete_fields:
+            if field.name not in ("id", "name"):
+                assert getattr(row, field.attname) == getattr(expected, field.attname), field.name
+    assert plan(declared, Task.objects.filter(name__in=names), NOW).is_empty
 
 
 @pytest.mark.parametrize("count", [3, 40])
