@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from freezegun import freeze_time
 
+from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Run, Task
 from django_posixcron.reconcile import apply, plan, reconcile
 from tests.harness.declaring import NOW, declare, task
@@ -81,26 +82,35 @@ def test_stored_row_matches_the_declaration():
     assert plan(declarations, Task.objects.all(), NOW).is_empty
 
 
+def varied(
+    names: list[str], schedule: str, label: str, description: str
+) -> dict[str, TaskDeclaration]:
+    """Declarations of `names` whose fields are shared by every task, differ from task to
+    task, or are NULL for some: the set-based writes send each kind differently. `schedule`,
+    `label` (a keyword argument) and `description` are formatted with the task's index."""
+    return declare(
+        **{
+            n: task(
+                schedule.format(i=i),
+                callable="tests.testapp.jobs.record",
+                kwargs={"label": label.format(i=i), "task_name": n} if i % 2 else {},
+                timezone="Europe/Berlin" if i % 3 else "UTC",
+                retry_delay=dt.timedelta(seconds=90, microseconds=i),
+                timeout=None if i % 2 else 1.5,
+                overlap="allow",
+                description=description.format(i=i) if i % 3 else "",
+            )
+            for i, n in enumerate(names)
+        }
+    )
+
+
 def test_rewritten_rows_match_their_new_declarations_field_by_field():
     """Every definition field rewritten on many rows at once, values shared by all rows and
     values that differ, NULLs and JSON included: read back, the rows plan as unchanged."""
     names = [f"t{i}" for i in range(7)]
     reconcile(now=NOW, declarations=declare(**{n: task(timeout=5) for n in names}))
-    redeclared = declare(
-        **{
-            n: task(
-                f"{i} 0 1,15 * 1",
-                callable="tests.testapp.jobs.record",
-                kwargs={"label": f"x{i}", "task_name": n} if i % 2 else {},
-                timezone="Europe/Berlin" if i % 3 else "UTC",
-                retry_delay=dt.timedelta(seconds=90, microseconds=i),
-                timeout=None if i % 2 else 1.5,
-                overlap="allow",
-                description=f"Ünïcode {i}",
-            )
-            for i, n in enumerate(names)
-        }
-    )
+    redeclared = varied(names, "{i} 0 1,15 * 1", 'x{i} q"uo\\te', "Ünïcode, 'quoted' {{{i}}}")
 
     result = reconcile(now=NOW, declarations=redeclared)
 
@@ -121,20 +131,7 @@ def test_created_rows_match_their_declarations_field_by_field():
     all rows and values that differ, NULLs, JSON and text that needs quoting included, each
     row gets exactly what the ORM's own insert of that task gives."""
     names = [f"n{i}" for i in range(7)]
-    declared = declare(
-        **{
-            n: task(
-                f"{i} 3 * * *",
-                callable="tests.testapp.jobs.record",
-                kwargs={"label": f'q"uo\\te {i}', "task_name": n} if i % 2 else {},
-                timezone="Europe/Berlin" if i % 3 else "UTC",
-                retry_delay=dt.timedelta(seconds=60, microseconds=i),
-                timeout=None if i % 2 else 2.5,
-                description=f"Ünïcode, 'quoted' {{{i}}}" if i % 3 else "",
-            )
-            for i, n in enumerate(names)
-        }
-    )
+    declared = varied(names, "{i} 3 * * *", 'q"uo\\te {i}', "Ünïcode {i}")
 
     result = reconcile(now=NOW, declarations=declared)
 
