@@ -443,12 +443,7 @@ def _write(result: Plan, alias: str) -> None:
             # of a generated task set) sent once, the others as arrays, and plain values
             # prepared without Django's generic conversion. bulk_create() prepared and quoted
             # every value of every row: 100,000 new tasks took twice as long.
-            # By chunks: the prepared values of 100,000 rows at once would raise the peak.
-            inserted = [
-                task
-                for start in range(0, len(created), BATCH_SIZE)
-                for task in bulk.insert_new(created[start : start + BATCH_SIZE], "name", alias)
-            ]
+            inserted = bulk.insert_new(created, "name", alias)
             if len(inserted) != len(created):
                 # A task of that name was created meanwhile (no working lock): plan again.
                 raise IntegrityError(

@@ -285,24 +285,14 @@ def insert_new(
         else:
             update_many(model, names, values, using)
     quote = connection.ops.quote_name
-    by_key = {getattr(obj, meta.get_field(key).attname): obj for obj in objs}
-    assert len(by_key) == len(objs), f"{key} is not distinct in the rows to insert"
+    key_attname = meta.get_field(key).attname
     fields: list[Any] = [f for f in meta.concrete_fields if not f.primary_key]
     k = fields.index(meta.get_field(key))
     # pre_save() for the fields that fill themselves in (auto_now_add); attributes otherwise.
-    rows = _prepared(
-        fields,
-        [
-            [
-                f.pre_save(obj, add=True)
-                if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
-                else getattr(obj, f.attname)
-                for f in fields
-            ]
-            for obj in objs
-        ],
-        connection,
-    )
+    filled = [
+        f.pre_save if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False) else None
+        for f in fields
+    ]
     head = "INSERT INTO {} ({})".format(
         quote(meta.db_table), ", ".join(quote(f.column) for f in fields)
     )
@@ -310,10 +300,25 @@ def insert_new(
         f" ON CONFLICT DO NOTHING RETURNING {quote(meta.pk.column)}, "
         f"{quote(meta.get_field(key).column)}"
     )
-    returned = []
+    inserted = []
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), CHUNK):
-            chunk = rows[start : start + CHUNK]
+        for start in range(0, len(objs), CHUNK):
+            # A chunk at a time, prepared and read back: 100,000 rows at once (a first
+            # reconciliation) would raise the process's peak and what it keeps.
+            part = objs[start : start + CHUNK]
+            by_key = {getattr(obj, key_attname): obj for obj in part}
+            assert len(by_key) == len(part), f"{key} is not distinct in the rows to insert"
+            chunk = _prepared(
+                fields,
+                [
+                    [
+                        getattr(obj, f.attname) if fill is None else fill(obj, True)
+                        for f, fill in zip(fields, filled, strict=True)
+                    ]
+                    for obj in part
+                ],
+                connection,
+            )
             if connection.vendor == "postgresql":
                 # Arrays and scalars, as in update_many; the key column first, always an
                 # array (its values are distinct), and the columns in the INSERT's order.
@@ -329,13 +334,11 @@ def insert_new(
                 row = "({})".format(", ".join(["%s"] * len(fields)))
                 sql, params = f"{head} VALUES {', '.join([row] * len(chunk))}{tail}", _flat(chunk)
             cursor.execute(sql, params)
-            returned.extend(cursor.fetchall())
-    inserted = []
-    for pk, key_value in returned:
-        obj = by_key[key_value]
-        obj.pk = pk
-        obj._state.adding, obj._state.db = False, using
-        inserted.append(obj)
+            for pk, key_value in cursor.fetchall():
+                obj = by_key[key_value]
+                obj.pk = pk
+                obj._state.adding, obj._state.db = False, using
+                inserted.append(obj)
     return inserted
 
 
