@@ -27,6 +27,10 @@ logger = logging.getLogger("django_posixcron.scheduler.alerts")
 # At most this many overdue tasks are signalled per tick: a fleet that stopped for an hour
 # must not spend one tick sending thousands of signals; the rest follow at the next ticks.
 OVERDUE_BATCH = 100
+# More tasks than this found overdue at one look are logged in one WARNING that counts them and
+# names the first few, each task then getting an INFO line: a fleet back from an outage would
+# otherwise log a warning per task, up to OVERDUE_BATCH every poll interval until it catches up.
+OVERDUE_WARNINGS = 5
 
 
 def unsignalled_overdue(before: dt.datetime, using: str) -> QuerySet[Task]:
@@ -74,16 +78,35 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
             .filter(pk=task.pk, due_at=task.due_at)
             .update(overdue_signalled_for=task.due_at)
         ]
+    _log_overdue(won)
     for task in won:
-        due = task.overdue_signalled_for = task.due_at
+        task.overdue_signalled_for = task.due_at
+        notifier.send(task_overdue, task=task, due_at=task.due_at)
+    return won
+
+
+def _log_overdue(won: list[Task]) -> None:
+    """A WARNING per overdue task, or one for them all when there are many, then INFO each."""
+    level = logging.WARNING
+    if len(won) > OVERDUE_WARNINGS:
+        level = logging.INFO
+        names = [task.name for task in won]
         logger.warning(
+            "%d tasks are overdue (due since %s, not claimed): %s and %d more",
+            len(won),
+            min(task.due_at for task in won if task.due_at).isoformat(),
+            ", ".join(names[:OVERDUE_WARNINGS]),
+            len(won) - OVERDUE_WARNINGS,
+            extra={"action": "tasks_overdue", "tasks": names},
+        )
+    for task in won:
+        logger.log(
+            level,
             "task %s is overdue: due at %s and not claimed",
             task.name,
-            due.isoformat() if due else None,
+            task.due_at.isoformat() if task.due_at else None,
             extra={"action": "task_overdue", "task": task.name},
         )
-        notifier.send(task_overdue, task=task, due_at=due)
-    return won
 
 
 class OverdueWatch:

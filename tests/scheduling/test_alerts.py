@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -175,6 +176,38 @@ def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
     sent = [s["task"].name for s in received["overdue"]]
     assert sorted(sent) == names  # each once, none twice, whichever scheduler sent it
     assert set(Task.objects.values_list("overdue_signalled_for", flat=True)) == {T0}
+
+
+@pytest.mark.parametrize("count", [2, alerts.OVERDUE_WARNINGS + 3])
+def test_many_overdue_tasks_are_one_warning_and_each_an_info_line(
+    count, tasks, make_scheduler, received, caplog
+):
+    names = [f"stuck-{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        tasks(name, next_run_at=T0 + i * MINUTE)
+    Task.objects.update(definition_hash="another-deploy")  # nobody claims them
+    scheduler = make_scheduler()
+
+    with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler.alerts"):
+        scheduler.tick(T0 + HOUR)
+
+    by_action = {
+        action: [r for r in caplog.records if getattr(r, "action", "") == action]
+        for action in ("task_overdue", "tasks_overdue")
+    }
+    assert sorted(r.task for r in by_action["task_overdue"]) == names
+    assert len(received["overdue"]) == count  # every task is still signalled
+    if count <= alerts.OVERDUE_WARNINGS:
+        assert {r.levelno for r in by_action["task_overdue"]} == {logging.WARNING}
+        assert by_action["tasks_overdue"] == []
+    else:
+        assert {r.levelno for r in by_action["task_overdue"]} == {logging.INFO}
+        [summary] = by_action["tasks_overdue"]
+        assert summary.levelno == logging.WARNING
+        assert sorted(summary.tasks) == names
+        message = summary.getMessage()
+        assert message.startswith(f"{count} tasks are overdue (due since {T0.isoformat()}")
+        assert message.endswith(f"and {count - alerts.OVERDUE_WARNINGS} more")
 
 
 def test_a_row_another_process_holds_is_signalled_once_it_is_let_go(
