@@ -171,11 +171,50 @@ def unnest(
         else:
             values.append(f"v.c{i}")
             names.append(f"c{i}")
-            arrays.append((list(column), cast))
+            arrays.append((array_literal(column), cast))
     source = "unnest({}) AS v ({})".format(
         ", ".join(f"%s::{cast}[]" for _, cast in arrays), ", ".join(names)
     )
     return values, source, [*scalars, *(array for array, _ in arrays)]
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# How an element of each type is written in a PostgreSQL array literal, exactly as the
+# driver would send it. A duration is written only when not negative: the server reads a
+# negative one differently under IntervalStyle sql_standard.
+_ELEMENT: dict[type[Any], Callable[[Any], str | None]] = {
+    int: str,
+    bool: lambda v: "t" if v else "f",
+    str: _quoted,
+    dt.datetime: dt.datetime.isoformat,
+    dt.timedelta: lambda v: (
+        f"{v.days} days {v.seconds}.{v.microseconds:06d} seconds" if v.days >= 0 else None
+    ),
+}
+
+
+def array_literal(values: Sequence[Any]) -> str | list[Any]:
+    """Return `values` as one PostgreSQL array literal (``{1,NULL,"a \\"b\\""}``), or as a
+    list for the driver when an element is of another type.
+
+    The driver adapts a list element by element in Python (profiled: about a tenth of the
+    loop's time in a burst, three to four times the cost of this); the literal is one string
+    parameter, cast to the column's array type in the statement.
+    """
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+            continue
+        write = _ELEMENT.get(type(value))
+        part = None if write is None else write(value)
+        if part is None:
+            return list(values)
+        parts.append(part)
+    return "{" + ",".join(parts) + "}"
 
 
 def _cast_type(field: Any, connection: Any) -> str:

@@ -237,3 +237,94 @@ def test_run_counters_cost_one_statement_whose_text_does_not_grow_with_the_batch
         # The counters travel as arrays: one text for 3 counters and for 40, which the
         # driver parses once.
         assert statements[0] == statements[1]
+
+
+TRICKY_TEXT = [
+    'a "quoted" word',
+    "back\\slash \\\\ and \\",
+    "{braces}, commas,",
+    "NULL",
+    "",
+    " spaces around ",
+    "tab\tline\nbreak",
+    "ünïcödé ✓",
+    None,
+]
+ARRAYS = [
+    ("bigint", [1, -2, 0, 2**62, None]),
+    ("boolean", [True, False, None, True]),
+    ("varchar", TRICKY_TEXT),
+    ("text", TRICKY_TEXT),
+    (
+        "timestamptz",
+        [
+            NOW,
+            NOW.replace(microsecond=1),
+            dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+            dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+            dt.datetime(2030, 3, 31, 2, 30, tzinfo=ZoneInfo("Asia/Kolkata")),
+            None,
+        ],
+    ),
+    (
+        "interval",
+        [dt.timedelta(0), dt.timedelta(microseconds=1), dt.timedelta(days=3, seconds=5), None],
+    ),
+]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's arrays")
+@pytest.mark.parametrize(("cast", "values"), ARRAYS, ids=[cast for cast, _ in ARRAYS])
+def test_an_array_literal_is_read_as_the_values_the_driver_would_send(
+    cast: str, values: list[Any]
+) -> None:
+    literal = bulk.array_literal(values)
+    assert isinstance(literal, str)  # one parameter, not a list adapted element by element
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT %s::{cast}[] = %s::{cast}[], %s::{cast}[]", [values, literal, literal]
+        )
+        same, back = cursor.fetchone()
+
+    assert same
+    assert back == values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[dt.timedelta(seconds=1), dt.timedelta(seconds=-1)], [1, 1.5], [dt.date(2030, 1, 1)]],
+    ids=["negative duration", "float", "date"],
+)
+def test_an_array_with_an_element_of_another_kind_is_left_to_the_driver(values: list[Any]) -> None:
+    assert bulk.array_literal(values) == values
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's arrays")
+def test_text_that_needs_quoting_is_written_as_it_was_given() -> None:
+    task = TaskFactory.create()
+    runs = RunFactory.create_batch(len(TRICKY_TEXT), task=task, status=RunStatus.RUNNING)
+    rows = [
+        (run.pk, text or "", f"tb {i} {text}", dt.timedelta(seconds=i))
+        for i, (run, text) in enumerate(zip(runs, TRICKY_TEXT, strict=True))
+    ]
+
+    sent: list[Any] = []
+
+    def keep_params(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.extend(params)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep_params):
+        bulk.update_many(Run, ["error", "traceback", "duration"], rows, "default")
+
+    got = {
+        pk: (error, tb, duration)
+        for pk, error, tb, duration in Run.objects.values_list(
+            "pk", "error", "traceback", "duration"
+        )
+    }
+    assert got == {pk: (error, tb, duration) for pk, error, tb, duration in rows}
+    # Each column one string, not a list the driver adapts element by element.
+    assert sent
+    assert [p for p in sent if isinstance(p, list)] == []
