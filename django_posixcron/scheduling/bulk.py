@@ -210,6 +210,8 @@ def array_literal(values: Sequence[Any]) -> str | list[Any]:
             parts.append("NULL")
             continue
         write = _ELEMENT.get(type(value))
+        if write is None and isinstance(value, str):  # a choice of a TextChoices, say
+            write = _quoted
         part = None if write is None else write(value)
         if part is None:
             return list(values)

@@ -255,6 +255,7 @@ ARRAYS = [
     ("boolean", [True, False, None, True]),
     ("varchar", TRICKY_TEXT),
     ("text", TRICKY_TEXT),
+    ("varchar", [RunStatus.SUCCEEDED, RunStatus.FAILED, None]),
     (
         "timestamptz",
         [
@@ -274,7 +275,7 @@ ARRAYS = [
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's arrays")
-@pytest.mark.parametrize(("cast", "values"), ARRAYS, ids=[cast for cast, _ in ARRAYS])
+@pytest.mark.parametrize(("cast", "values"), ARRAYS)
 def test_an_array_literal_is_read_as_the_values_the_driver_would_send(
     cast: str, values: list[Any]
 ) -> None:
