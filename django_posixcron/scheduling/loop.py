@@ -26,7 +26,7 @@ from django.db import (
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import app_alias, database_now, has_clock
+from django_posixcron.db import app_alias, database_now, fast_timestamps, has_clock
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
@@ -278,6 +278,8 @@ class Scheduler:
         assert self.process is not None
         assert self.heartbeat is not None
         explicit = now is not None
+        # Once per connection: this thread's queries are the scheduler's own.
+        fast_timestamps(connections[self.using])
         self.runs.flush(queued_only=True)
         if not self.heartbeat.threaded:
             # Driven by tick() alone (tests, the benchmark): beat here, at the tick's instant.
