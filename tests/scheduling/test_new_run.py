@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from django.db import connection
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Run, RunStatus, Trigger
@@ -13,7 +17,21 @@ from tests.factories import NOW, SchedulerProcessFactory, TaskFactory
 pytestmark = pytest.mark.django_db
 
 
-def test_a_new_run_is_the_run_the_keyword_constructor_builds() -> None:
+@pytest.fixture(params=["nobody listening", "a post_init receiver"])
+def initialised(request: pytest.FixtureRequest) -> Iterator[list[Run]]:
+    """The runs a post_init receiver for Run was sent, when the test has one."""
+    seen: list[Run] = []
+
+    def receiver(sender: type[Run], instance: Run, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    if request.param == "a post_init receiver":
+        post_init.connect(receiver, sender=Run, weak=False)
+    yield seen
+    post_init.disconnect(receiver, sender=Run)
+
+
+def test_a_new_run_is_the_run_the_keyword_constructor_builds(initialised: list[Run]) -> None:
     task, process = TaskFactory.create(), SchedulerProcessFactory.create()
     given = {
         "occurrence": NOW,
@@ -25,6 +43,8 @@ def test_a_new_run_is_the_run_the_keyword_constructor_builds() -> None:
         "process_label": "host:1",
     }
     expected = Run(task=task, process=process, **given)
+    listening = bool(initialised)  # the receiver saw `expected`
+    initialised.clear()
 
     with CaptureQueriesContext(connection) as captured:
         run = new_run(task, process, **given)
@@ -33,8 +53,11 @@ def test_a_new_run_is_the_run_the_keyword_constructor_builds() -> None:
     assert not captured.captured_queries
     for field in Run._meta.concrete_fields:
         assert getattr(run, field.attname) == getattr(expected, field.attname), field.name
+    assert vars(run).keys() == vars(expected).keys()
     assert run.pk is None
-    assert run._state.adding
+    assert (run._state.adding, run._state.db) == (True, None)
+    # A receiver of post_init for runs (a field tracker) is sent every run the claim builds.
+    assert initialised == ([run] if listening else [])
 
     run.save()
     assert Run.objects.get(pk=run.pk).attempt == 2
