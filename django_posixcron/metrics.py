@@ -45,7 +45,9 @@ def task_rows(using: str) -> list[dict[str, Any]]:
             last_success=_latest(ran.filter(status=RunStatus.SUCCEEDED), "finished_at"),
         )
         .order_by("name")
-        .values("name", "paused", "due_at", "last_duration", "fire_lag", "last_success")
+        .values(
+            "name", "paused", "due_at", "updated_at", "last_duration", "fire_lag", "last_success"
+        )
     )
     return list(query)
 
@@ -112,8 +114,11 @@ class DatabaseCollector:
                 "last_success_timestamp_seconds": _timestamp(row["last_success"]),
                 "next_run_timestamp_seconds": None if row["paused"] else _timestamp(row["due_at"]),
                 "task_paused": float(row["paused"]),
+                # Task.objects.overdue()'s rule: due, and active, for more than the slack.
                 "task_overdue": float(
-                    not row["paused"] and row["due_at"] is not None and row["due_at"] < now - slack
+                    not row["paused"]
+                    and row["due_at"] is not None
+                    and max(row["due_at"], row["updated_at"]) < now - slack
                 ),
                 "runs_queued": float(queued.get(name, 0)),
             }

@@ -95,8 +95,15 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def overdue(
         self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
     ) -> TaskQuerySet:
-        """Active tasks that should have fired more than `slack` ago."""
-        return self.active().filter(due_at__lt=(dj_timezone.now() if now is None else now) - slack)
+        """Active tasks that should have fired more than `slack` ago.
+
+        "A due task not claimed within POLL_INTERVAL": counted from its due time, or from
+        when it was created, changed or resumed (``updated_at``) if that came later. A task
+        resumed long after its due time, or created in a minute its schedule matches, has
+        had no chance to be claimed yet, and is not overdue for a poll interval more.
+        """
+        before = (dj_timezone.now() if now is None else now) - slack
+        return self.active().filter(due_at__lt=before, updated_at__lt=before)
 
     # State changes asked for by operators (the admin's buttons and actions alike). Each is
     # one UPDATE of its own fields only: "Writes touch only their own fields, so a concurrent

@@ -22,6 +22,7 @@ from django_posixcron.models import (
 
 UTC = dt.UTC
 NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+DECLARED = dt.datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def declaration_of(task: Any) -> TaskDeclaration:
@@ -67,8 +68,10 @@ class TaskFactory(DjangoModelFactory[Task]):
             default=None,
         )
     )
-    created_at = NOW
-    updated_at = NOW
+    # Declared (and last changed) long before any instant the tests use: a task changed or
+    # resumed within the poll interval is not overdue yet (Task.objects.overdue()).
+    created_at = DECLARED
+    updated_at = DECLARED
 
 
 class SchedulerProcessFactory(DjangoModelFactory[SchedulerProcess]):

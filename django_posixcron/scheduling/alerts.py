@@ -37,8 +37,7 @@ def unsignalled_overdue(before: dt.datetime, using: str) -> QuerySet[Task]:
     """Return active tasks due before `before` whose overdue episode has not been signalled."""
     return (
         Task.objects.using(using)
-        .active()
-        .filter(due_at__lt=before)
+        .overdue(before)
         .filter(Q(overdue_signalled_for__isnull=True) | ~Q(overdue_signalled_for=F("due_at")))
     )
 

@@ -101,7 +101,9 @@ def test_querysets_are_named_after_states(posixcron):
     )
     reconcile(now=T0)
     now = timezone.now()
-    Task.objects.filter(name__in=["due-now", "held"]).update(due_at=now - dt.timedelta(hours=1))
+    Task.objects.filter(name__in=["due-now", "held"]).update(
+        due_at=now - dt.timedelta(hours=1), updated_at=now - dt.timedelta(hours=1)
+    )
     Task.objects.filter(name="held").update(paused=True)
     Task.objects.filter(name="broken").update(
         last_run_status="timed_out",

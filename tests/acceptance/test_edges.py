@@ -179,7 +179,9 @@ def test_status_reports_overdue_tasks_but_not_paused_ones(world):
     assert status() == 0
     # Due an hour ago and not fired: overdue.
     hour_ago = live.now() - HOUR
-    Task.objects.filter(name="late").update(next_run_at=hour_ago, due_at=hour_ago)
+    Task.objects.filter(name="late").update(
+        next_run_at=hour_ago, due_at=hour_ago, updated_at=hour_ago
+    )
     assert status() == 1
     assert status("--ignore-overdue") == 0
     task("late").pause()

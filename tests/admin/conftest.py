@@ -21,8 +21,8 @@ def make_task(**fields: Any) -> Task:
         "callable_path": "tests.testapp.jobs.succeed",
         "timezone": "Europe/Berlin",
         "next_run_at": timezone.now() + dt.timedelta(minutes=3, seconds=30),
-        "created_at": timezone.now(),
-        "updated_at": timezone.now(),
+        "created_at": timezone.now() - dt.timedelta(days=1),
+        "updated_at": timezone.now() - dt.timedelta(days=1),
     }
     defaults.update(fields)
     return TaskFactory.create(**defaults)

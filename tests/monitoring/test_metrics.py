@@ -70,6 +70,7 @@ def test_every_series_matches_the_database(history):
         definition_hash="x",
         due_at=timezone.now() - HOUR,
         next_run_at=timezone.now() - HOUR,
+        updated_at=timezone.now() - HOUR,
     )
 
     samples = scrape()

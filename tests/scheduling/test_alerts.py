@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.dispatch import Signal
+from freezegun import freeze_time
 
 from django_posixcron.db import app_alias
 from django_posixcron.models import Run, RunStatus, Task
@@ -151,6 +152,37 @@ def test_task_overdue_is_sent_once_across_schedulers_per_due_time(tasks, make_sc
     second.tick(T0 + 2 * MINUTE)
     first.tick(T0 + 2 * MINUTE)
     assert [s["due_at"] for s in received["overdue"]] == [T0, T0 - MINUTE]
+
+
+def test_a_task_resumed_or_created_after_its_due_time_gets_a_poll_interval_first(
+    tasks, make_scheduler, received
+):
+    # At 11:00:20: resumed, a task paused over its 10:00 occurrence, and one of another
+    # deploy, which nobody here may claim; created, a task for the minute it matches.
+    tasks("held", next_run_at=T0, paused=True)
+    tasks("elsewhere", next_run_at=T0, paused=True)
+    Task.objects.filter(name="elsewhere").update(definition_hash="another-deploy")
+    at = T0 + HOUR + dt.timedelta(seconds=20)
+    with freeze_time(at):
+        Task.objects.filter(name__in=["held", "elsewhere"]).resume()
+        tasks("new", schedule="* * * * *", now=at)
+    scheduler = make_scheduler()  # POLL_INTERVAL = 1 s
+
+    # Due for an hour or for 20 s, but active for half a second: claimed, not "overdue".
+    scheduler.tick(at + dt.timedelta(seconds=0.5))
+    assert scheduler.wait_idle(timeout=10)
+    assert received["overdue"] == []
+    assert sorted(Run.objects.values_list("task__name", "scheduled_for")) == [
+        ("held", T0),
+        ("new", T0 + HOUR),
+    ]
+
+    # Still unclaimed a poll interval after it was resumed, the other deploy's task is
+    # overdue, for the due time it has had all along.
+    assert not Task.objects.overdue(at + dt.timedelta(seconds=0.5), dt.timedelta(seconds=1))
+    scheduler.tick(at + dt.timedelta(seconds=2))
+    [sent] = received["overdue"]
+    assert (sent["task"].name, sent["due_at"]) == ("elsewhere", T0)
 
 
 def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
