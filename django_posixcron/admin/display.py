@@ -70,9 +70,23 @@ def in_zone(value: dt.datetime, tz: str) -> str:
         local = timezone.localtime(value, dt.UTC)
     # Cron occurrences fall on whole minutes; retries and manual runs do not, and "15:15"
     # for a run 20 s after the 15:15 failure it retries would hide what happened.
-    if local.second or local.microsecond:
-        return date_format(local, "Y-m-d H:i:s T")
-    return date_format(local, "Y-m-d H:i T")
+    wall = date_format(local, "Y-m-d H:i:s" if local.second or local.microsecond else "Y-m-d H:i")
+    return f"{wall} {zone_label(local)}"
+
+
+def zone_label(local: dt.datetime) -> str:
+    """Return the abbreviation of the offset `local` is at ("CET", "EDT", "+1030").
+
+    Django's "T" format leaves it out in a repeated (fall-back) hour, where it is needed
+    most: 01:30 EDT and 01:30 EST are an hour apart. Where both instances of the hour bear
+    one abbreviation, the offset tells them apart.
+    """
+    name = local.tzname() or ""
+    other = local.replace(fold=1 - local.fold)
+    if other.utcoffset() != local.utcoffset() and other.tzname() == name:
+        offset = local.strftime("%z")
+        return f"{name} (UTC{offset[:3]}:{offset[3:]})"
+    return name
 
 
 def relative(value: dt.datetime, now: dt.datetime) -> str:

@@ -254,3 +254,30 @@ def test_the_run_list_filters_on_queued(superuser):
 
     assert [r.pk for r in page.context["cl"].result_list] == [queued.pk]
     assert "?status__exact=queued" in page.content.decode()
+
+
+def test_the_two_instances_of_a_repeated_hour_are_told_apart(superuser):
+    # 2026-11-01 01:30 happens twice in New York: at 05:30 UTC (EDT) and 06:30 UTC (EST).
+    task = make_task(name="twice", timezone="America/New_York", schedule="30 * * * *")
+    first = dt.datetime(2026, 11, 1, 5, 30, tzinfo=dt.UTC)
+    for instant in (first, first + dt.timedelta(hours=1)):
+        make_run(task, scheduled_for=instant, started_at=instant)
+    client = client_for(superuser)
+    html = client.get(reverse("admin:django_posixcron_run_changelist")).content.decode()
+    assert "2026-11-01 01:30 EDT" in html
+    assert "2026-11-01 01:30 EST" in html
+
+
+def test_a_repeated_hour_under_one_abbreviation_shows_its_offset():
+    # Moscow went back from +04 to +03 on 2014-10-26, calling both MSK.
+    from django_posixcron.admin.display import in_zone
+
+    first = dt.datetime(2014, 10, 25, 21, 30, tzinfo=dt.UTC)
+    assert in_zone(first, "Europe/Moscow") == "2014-10-26 01:30 MSK (UTC+04:00)"
+    assert in_zone(first + dt.timedelta(hours=1), "Europe/Moscow") == (
+        "2014-10-26 01:30 MSK (UTC+03:00)"
+    )
+    assert in_zone(first + dt.timedelta(hours=2), "Europe/Moscow") == "2014-10-26 02:30 MSK"
+    assert in_zone(dt.datetime(2030, 1, 7, 10, 0, 5, tzinfo=dt.UTC), "Europe/Berlin") == (
+        "2030-01-07 11:00:05 CET"
+    )
