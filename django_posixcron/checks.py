@@ -6,9 +6,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 W_SQLITE_DEFERRED = "posixcron.W001"
+E_UNKNOWN_ALIAS = "posixcron.E036"
 
 
 @checks.register()
@@ -26,6 +28,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     # The backends the valid handed-off tasks name.
     messages += handoff_messages(declarations)
     return messages
+
+
+@checks.register()
+def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Refuse routers that send the app's models to an alias settings.DATABASES lacks."""
+    from django_posixcron.db import app_alias
+
+    try:
+        app_alias()
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Make the router's db_for_write() for django_posixcron return an alias "
+                "of settings.DATABASES.",
+                obj=None,
+                id=E_UNKNOWN_ALIAS,
+            )
+        ]
+    return []
 
 
 @checks.register()

@@ -12,6 +12,7 @@ import functools
 import weakref
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.db.models import DateTimeField, Func
 from django.utils import timezone as dj_timezone
@@ -22,14 +23,26 @@ UTC = dt.UTC
 def app_alias(override: str | None = None) -> str:
     """Return the alias the app's rows live on: `override`, else the routers' choice.
 
+    An alias settings.DATABASES does not define is an ImproperlyConfigured that names it and
+    where it came from, not Django's ConnectionDoesNotExist at the first query.
+
     The routers are asked for writes to Task; the app's three models live together (a run
     references its task and its process), so one answer holds for all of them.
     """
-    if override:
-        return override
     from django_posixcron.models import Task
 
-    return router.db_for_write(Task) or DEFAULT_DB_ALIAS
+    alias = override or router.db_for_write(Task) or DEFAULT_DB_ALIAS
+    if alias not in connections.settings:
+        defined = ", ".join(repr(name) for name in connections.settings)
+        if override:
+            problem = f"The database alias {alias!r} is not in settings.DATABASES"
+        else:
+            problem = (
+                f"DATABASE_ROUTERS send django_posixcron's models to the database alias "
+                f"{alias!r}, which settings.DATABASES does not define"
+            )
+        raise ImproperlyConfigured(f"{problem} (it defines {defined}).")
+    return alias
 
 
 class DatabaseNow(Func):

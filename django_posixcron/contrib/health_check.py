@@ -52,6 +52,8 @@ class SchedulerHealthCheck(HealthCheck):  # type: ignore[misc]
             )
         except DatabaseError as error:
             raise ServiceUnavailable("The scheduler's database is unavailable.") from error
+        except ImproperlyConfigured as error:  # an alias settings.DATABASES lacks
+            raise ServiceUnavailable(str(error)) from error
         finally:
             # Run in a thread of the view's executor: its connection must not outlive the probe.
             connections.close_all()

@@ -77,8 +77,20 @@ def _check_place(
     alias = enqueue.backend
     try:
         backend = tasks.task_backends[alias]
-    except tasks.InvalidTaskBackend:
+    except tasks.InvalidTaskBackend as exc:
         configured = list(getattr(settings, "TASKS", None) or [framework.DEFAULT_ALIAS])
+        if alias in (getattr(settings, "TASKS", None) or {}):
+            # Defined, but its BACKEND path does not import: the framework raises the same
+            # exception as for an alias it does not know.
+            return [
+                checks.Error(
+                    f"{path} names the Tasks backend {alias!r} ({which}), which cannot be "
+                    f"loaded: {exc}",
+                    hint=f"Fix settings.TASKS[{alias!r}]['BACKEND']: a dotted path to a "
+                    "Tasks backend class.",
+                    id=E_UNKNOWN_BACKEND,
+                )
+            ]
         return [
             checks.Error(
                 f"{path} names the Tasks backend {alias!r} ({which}), which settings.TASKS "

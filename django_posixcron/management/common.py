@@ -5,10 +5,20 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
+from django_posixcron.db import app_alias
+
+
+def command_alias(override: str | None) -> str:
+    """app_alias() for a command: an alias settings.DATABASES lacks is a one-line error."""
+    try:
+        return app_alias(override)
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from None
 
 
 def add_database_option(parser: CommandParser) -> None:

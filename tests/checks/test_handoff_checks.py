@@ -171,3 +171,22 @@ def test_manage_py_check_fails_on_a_hand_off_error(posixcron, tasks_backends):
 
     with pytest.raises(SystemCheckError, match=r"posixcron\.E034"):
         call_command("check")
+
+
+def test_a_defined_backend_that_does_not_import_is_not_called_undefined(posixcron, tasks_backends):
+    tasks_backends(default={"BACKEND": "nosuch.Backend"})
+    posixcron({"export": job(enqueue=True)})
+
+    # This check alone: the Tasks framework's own check raises on such a backend.
+    (error,) = check_handoff(collect()[0])
+
+    assert error.id == "posixcron.E033"
+    assert error.msg.startswith(
+        "settings.POSIXCRON['TASKS']['export']['enqueue'] names the Tasks backend 'default' "
+        "(task export), which cannot be loaded: "
+    )
+    assert "nosuch" in error.msg
+    assert "does not define" not in error.msg
+    assert error.hint == (
+        "Fix settings.TASKS['default']['BACKEND']: a dotted path to a Tasks backend class."
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import django
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
@@ -54,3 +55,22 @@ def test_manage_py_runscheduler_prints_it_without_a_traceback():
     assert proc.stderr.startswith("CommandError: settings.POSIXCRON has 1 problem(s)")
     assert "posixcron.E0NN errors cannot be silenced" in proc.stderr
     assert PROBLEM in proc.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_silenced_hand_off_errors_are_refused_too(settings, posixcron):
+    # A Dummy backend stores jobs and never runs them: every handed-off run would end lost.
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    settings.TASKS = {"default": {"BACKEND": f"{framework}.backends.dummy.DummyBackend"}}
+    settings.SILENCED_SYSTEM_CHECKS = ["posixcron.E034"]
+    posixcron({"export": {**task("0 3 * * *"), "enqueue": True}})
+    call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+
+    with pytest.raises(CommandError) as excinfo:
+        call_command("runscheduler", "--once", stdout=io.StringIO(), stderr=io.StringIO())
+
+    message = str(excinfo.value)
+    assert message.startswith("settings.POSIXCRON has 1 problem(s) (posixcron.E034).")
+    assert "- (posixcron.E034) settings.POSIXCRON['TASKS']['export']['enqueue'] names" in message
+    assert "DummyBackend" in message
+    assert not Task.objects.exists()

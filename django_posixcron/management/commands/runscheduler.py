@@ -11,11 +11,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import app_alias
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
     check_migrated,
+    command_alias,
     non_negative_float,
     poll_interval,
     positive_int,
@@ -31,18 +31,24 @@ SUMMARY_TASKS = 100
 def checked_declarations() -> dict[str, TaskDeclaration]:
     """Return the declared tasks; refuse settings with any problem, even a silenced one."""
     from django_posixcron.declarations import collect, describe_problems
+    from django_posixcron.handoff.checks import handoff_messages
 
     declarations, problems = collect()
-    if problems:
+    # The hand-off's errors too: a backend that never runs what it is given (Dummy), or one
+    # that cannot be loaded, would leave every handed-off run lost or failed, forever.
+    handoff = [m for m in handoff_messages(declarations) if m.is_serious()]
+    if problems or handoff:
         # Silenced errors get here (self.check() raised for the others). A task with an error
         # cannot be scheduled, and reconciling without it would retire it without a word: such
         # errors are not for silencing.
-        ids = ", ".join(sorted({p.id for p in problems}))
+        ids = ", ".join(sorted({p.id for p in problems} | {str(m.id) for m in handoff}))
+        described = [describe_problems(problems)] if problems else []
+        described += [f"- ({m.id}) {m.msg} HINT: {m.hint}" for m in handoff]
         raise CommandError(
-            f"settings.POSIXCRON has {len(problems)} problem(s) ({ids}). posixcron.E0NN errors "
-            "cannot be silenced: SILENCED_SYSTEM_CHECKS hides them from `manage.py check`, but "
-            "a task with an error cannot be scheduled. Fix them:\n"
-            f"{describe_problems(problems)}"
+            f"settings.POSIXCRON has {len(problems) + len(handoff)} problem(s) ({ids}). "
+            "posixcron.E0NN errors cannot be silenced: SILENCED_SYSTEM_CHECKS hides them from "
+            "`manage.py check`, but a task with an error cannot be scheduled. Fix them:\n"
+            + "\n".join(described)
         )
     return declarations
 
@@ -131,7 +137,7 @@ class Command(BaseCommand):
         if options["poll_interval"] is not None:
             check_frequency(declarations, options["poll_interval"])
 
-        using = app_alias(options["database"])
+        using = command_alias(options["database"])
         if options["check"]:
             try:
                 check_database_support(using)

@@ -18,6 +18,7 @@ from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
     check_migrated,
+    command_alias,
     non_negative_float,
 )
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -157,7 +158,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
-        using = app_alias(options["database"])
+        using = command_alias(options["database"])
         try:
             status = collect(
                 database_now(using),
