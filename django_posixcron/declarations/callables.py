@@ -34,8 +34,9 @@ def callable_path(value: object, path: KeyPath) -> str:
         raise Invalid(E_CALLABLE_TYPE, Form.EXPECTED, what, hint)
     try:
         func = import_string(value)
-    except Exception as error:
-        # Any exception: a module that raises while importing is as broken as a missing one.
+    except (Exception, SystemExit) as error:
+        # Any exception: a module that raises while importing is as broken as a missing one;
+        # a sys.exit() at import would otherwise end `manage.py check` with its text alone.
         raise Invalid(
             E_CALLABLE_IMPORT,
             Form.ASSIGNED,
@@ -48,6 +49,16 @@ def callable_path(value: object, path: KeyPath) -> str:
             Form.ASSIGNED,
             f"is not callable (it is {type(func).__name__} {show(func)}).",
             "Point it at a function or another callable.",
+        )
+    if inspect.isclass(func) and any("__call__" in vars(k) for k in func.__mro__[:-1]):
+        # A class whose constructor does the work is run by calling it; one whose instances
+        # are callable was almost surely meant to be called as an instance.
+        raise Invalid(
+            E_NOT_PLAIN_FUNCTION,
+            Form.ASSIGNED,
+            "is a class whose instances are callable; calling the class only creates an "
+            "instance, and its __call__ never runs.",
+            "Declare a module-level instance of it, or a function that creates one and calls it.",
         )
     _refuse_async(func)
     if _is_generator_function(func):

@@ -54,10 +54,24 @@ NAME_MAX_LENGTH = 100  # Task.name max_length
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 
+# Names the zone database of some hosts has that are not IANA zones but links to the host's
+# own: each host would fire a task declared with them at its own idea of the hour.
+HOST_ZONE_LINKS = frozenset({"localtime", "posixrules"})
+
+
 def timezone(value: object, path: KeyPath) -> str:
     """Return the IANA name of a zone given by name or as a ZoneInfo."""
     if isinstance(value, zoneinfo.ZoneInfo):
         value = value.key
+    if isinstance(value, str) and value in HOST_ZONE_LINKS:
+        raise Invalid(
+            E_TIMEZONE,
+            Form.EXPECTED,
+            "an IANA time zone name, not a link to this host's zone",
+            "Name the zone itself, such as 'Europe/Berlin' or 'UTC': another host may link "
+            f"{value!r} to another zone.",
+            shown=value,
+        )
     if isinstance(value, str) and value:
         try:
             zoneinfo.ZoneInfo(value)
@@ -69,10 +83,22 @@ def timezone(value: object, path: KeyPath) -> str:
         E_TIMEZONE,
         Form.EXPECTED,
         "an IANA time zone name",
-        f"{did_you_mean(value, zoneinfo.available_timezones())}Use a name such as "
-        "'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.",
+        f"{did_you_mean(value, zoneinfo.available_timezones() - HOST_ZONE_LINKS)}Use a name "
+        "such as 'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.",
         shown=value,
     )
+
+
+def default_zone() -> str:
+    """Return settings.TIME_ZONE, the zone of a task without its own; KeyError if invalid.
+
+    An invalid one is reported once, naming settings.TIME_ZONE (top_level.py), not once per
+    task at a ``timezone`` key the user left out.
+    """
+    try:
+        return timezone(settings.TIME_ZONE, KeyPath("settings.TIME_ZONE"))
+    except Invalid:
+        raise KeyError("TIME_ZONE") from None
 
 
 def description(value: object, path: KeyPath) -> str:
@@ -110,7 +136,7 @@ TASK = Table(
             default=DEFAULT_RETRY_DELAY,
         ),
         Key("kwargs", kwargs, default={}),
-        Key("timezone", timezone, default_from=lambda _: settings.TIME_ZONE),
+        Key("timezone", timezone, default_from=lambda _: default_zone()),
         Key(
             "overlap",
             choice(

@@ -29,12 +29,13 @@ from django_posixcron.declarations.ids import (
     E_NOT_A_DICT,
     E_POLL_INTERVAL,
     E_TASKS_NOT_A_DICT,
+    E_TIMEZONE,
     E_UNKNOWN_KEY,
     E_USE_TZ,
 )
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, Problem
 from django_posixcron.declarations.table import Key, Report, Table
-from django_posixcron.declarations.task import Fields, task
+from django_posixcron.declarations.task import Fields, default_zone, task
 from django_posixcron.declarations.values import positive_int
 
 # What each fault of poll_interval_fault() reads as in the message of posixcron.E021.
@@ -167,11 +168,31 @@ def _collect(raw: object) -> Collected:
     top, _ = SETTINGS.validate(raw, root, report)
     declarations = {}
     memo: dict[tuple[Any, ...], Fields] = {}
+    zoneless = False
     for name, definition in top.get("TASKS", {}).items():
         declaration = task(name, definition, root / "TASKS" / name, top, report, memo)
         if declaration is not None:
             declarations[declaration.name] = declaration
+        zoneless = zoneless or (isinstance(definition, Mapping) and "timezone" not in definition)
+    if zoneless:
+        _check_default_zone(report)
     return declarations, report.problems
+
+
+def _check_default_zone(report: Report) -> None:
+    """Report settings.TIME_ZONE once if it is not a zone: tasks without their own use it."""
+    value = getattr(settings, "TIME_ZONE", None)
+    try:
+        default_zone()
+    except KeyError:
+        hint = (
+            "Set TIME_ZONE to an IANA name such as 'Europe/Berlin' or 'UTC', or give each task "
+            "its own 'timezone'."
+        )
+        detail = "an IANA time zone name, the zone of every task without its own 'timezone'"
+        report.add(
+            KeyPath("settings.TIME_ZONE"), value, Invalid(E_TIMEZONE, Form.EXPECTED, detail, hint)
+        )
 
 
 def describe_problems(problems: list[Problem]) -> str:

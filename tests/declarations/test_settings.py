@@ -133,6 +133,27 @@ CASES = [
         "attribute name",
     ),
     (
+        "posixcron.E011",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.exits_on_import.run"),
+        "cannot be imported: SystemExit: bye from module",
+        "'tests.testapp.exits_on_import.run'",
+        "imports cleanly",
+    ),
+    (
+        "posixcron.E026",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.CallableJob"),
+        "is a class whose instances are callable; calling the class only creates an instance",
+        "'tests.testapp.jobs.CallableJob'",
+        "module-level instance",
+    ),
+    (
+        "posixcron.E016",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timezone="localtime"),
+        "not a link to this host's zone",
+        "'localtime'",
+        "another host may link 'localtime' to another zone",
+    ),
+    (
         "posixcron.E012",
         one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.NOT_CALLABLE"),
         "is not callable (it is int 42)",
@@ -361,6 +382,24 @@ def test_use_tz_off_is_an_error(settings):
     assert check_id == "posixcron.E025"
     assert msg == "settings.USE_TZ is False; django-posixcron requires USE_TZ = True."
     assert "USE_TZ = True" in hint
+
+
+def test_an_invalid_time_zone_setting_is_one_error_naming_it(settings):
+    settings.TIME_ZONE = None
+    raw = {"TASKS": {"a": task("0 3 * * *"), "b": task("0 4 * * *"), "c": task("0 5 * * *")}}
+    raw["TASKS"]["c"]["timezone"] = "Europe/Berlin"
+
+    [(check_id, msg, hint)] = problems_for(raw)
+
+    assert check_id == "posixcron.E016"
+    assert msg == (
+        "settings.TIME_ZONE is misconfigured. Expected an IANA time zone name, the zone of every "
+        "task without its own 'timezone' but got None."
+    )
+    assert "give each task its own 'timezone'" in hint
+    # Only the tasks with their own zone are declared; with every task zoned, no problem.
+    assert list(collect(raw)[0]) == ["c"]
+    assert problems_for({"TASKS": {"c": raw["TASKS"]["c"]}}) == []
 
 
 def test_every_id_is_tested_and_documented():

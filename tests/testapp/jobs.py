@@ -317,3 +317,10 @@ def chaos_step(context: Any, seconds: float = 1.0) -> None:
     Hit.objects.create(task_name=f"chaos:{context.task_name}", label=f"start|{label}")
     time.sleep(seconds)
     Hit.objects.create(task_name=f"chaos:{context.task_name}", label=f"end|{label}")
+
+
+class CallableJob:
+    """A class whose instances are callable: declaring the class would only build one."""
+
+    def __call__(self) -> None:
+        Hit.objects.create(task_name="callable-job")
