@@ -42,11 +42,16 @@ def task_rows(using: str) -> list[dict[str, Any]]:
         .annotate(
             last_duration=_latest(ran.filter(finished_at__isnull=False), "duration"),
             fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
-            last_success=_latest(ran.filter(status=RunStatus.SUCCEEDED), "finished_at"),
         )
         .order_by("name")
         .values(
-            "name", "paused", "due_at", "updated_at", "last_duration", "fire_lag", "last_success"
+            "name",
+            "paused",
+            "due_at",
+            "updated_at",
+            "last_duration",
+            "fire_lag",
+            "last_success_at",
         )
     )
     return list(query)
@@ -111,7 +116,7 @@ class DatabaseCollector:
             values = {
                 "last_run_duration_seconds": _seconds(row["last_duration"]),
                 "fire_lag_seconds": _seconds(row["fire_lag"]),
-                "last_success_timestamp_seconds": _timestamp(row["last_success"]),
+                "last_success_timestamp_seconds": _timestamp(row["last_success_at"]),
                 "next_run_timestamp_seconds": None if row["paused"] else _timestamp(row["due_at"]),
                 "task_paused": float(row["paused"]),
                 # Task.objects.overdue()'s rule: due, and active, for more than the slack.

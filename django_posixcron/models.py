@@ -176,6 +176,10 @@ class Task(models.Model):
     )
     last_run_started_at = models.DateTimeField(_("last run started"), null=True, blank=True)
     last_run_finished_at = models.DateTimeField(_("last run finished"), null=True, blank=True)
+    # The finish of the latest succeeded run, kept with the task so that pruning or deleting
+    # runs never loses it: "no success for two hours" must still fire after a month of
+    # failures. Written with each outcome (outcomes.py).
+    last_success_at = models.DateTimeField(_("last success"), null=True, blank=True)
 
     # The new columns have database defaults too: a scheduler of the previous release, still
     # running while this one's migration is applied (a rolling deploy), inserts rows without

@@ -49,9 +49,10 @@ STATE_FIELDS = (
     "next_run_display",
     "retry_display",
     "run_requested_display",
-    "due_at",
-    "created_at",
-    "updated_at",
+    "last_success_display",
+    "due_at_display",
+    "created_display",
+    "updated_display",
 )
 
 
@@ -162,7 +163,33 @@ class TaskAdmin(TaskStateActions):
     def retry_display(self, obj: Task) -> SafeString:
         if obj.retry_at is None:
             return dash()
+        if obj.paused and obj.declared:
+            # Kept for when the task is resumed; it does not happen while paused.
+            return format_html(
+                '<span class="posixcron-time">{}</span><br>{}',
+                display.in_zone(obj.retry_at, obj.timezone),
+                muted(gettext("on hold while paused")),
+            )
         return when(obj.retry_at, obj.timezone, row_clock(obj))
+
+    @admin.display(description=_("last success"))
+    def last_success_display(self, obj: Task) -> SafeString:
+        if obj.last_success_at is None:
+            return muted(gettext("never"))
+        return when(obj.last_success_at, obj.timezone, row_clock(obj))
+
+    # The stored instants, in the task's zone like every other time on its page.
+    @admin.display(description=_("due at"))
+    def due_at_display(self, obj: Task) -> str:
+        return "—" if obj.due_at is None else display.in_zone(obj.due_at, obj.timezone)
+
+    @admin.display(description=_("created"))
+    def created_display(self, obj: Task) -> str:
+        return display.in_zone(obj.created_at, obj.timezone)
+
+    @admin.display(description=_("updated"))
+    def updated_display(self, obj: Task) -> str:
+        return display.in_zone(obj.updated_at, obj.timezone)
 
     @admin.display(description=_("run requested"))
     def run_requested_display(self, obj: Task) -> str:

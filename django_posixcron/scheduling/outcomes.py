@@ -264,6 +264,7 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
             "consecutive_failures",
             "failing_signalled",
             "paused",
+            "last_success_at",
         )
     }
 
@@ -278,6 +279,7 @@ TASK_OUTCOME_FIELDS = [
     "retry_attempt",
     "consecutive_failures",
     "failing_signalled",
+    "last_success_at",
 ]
 
 
@@ -306,6 +308,10 @@ def _record_task_outcomes(
         alert = _apply_streak(o, row, using, signals=signals)
         if alert is not None:
             failing[row["pk"]] = alert
+        if o.status == RunStatus.SUCCEEDED and (
+            row["last_success_at"] is None or o.finished_at > row["last_success_at"]
+        ):
+            row["last_success_at"] = o.finished_at
         due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
         row["last_run_status"], row["last_run_finished_at"], row["due_at"] = (
             o.status,

@@ -566,3 +566,30 @@ def test_user_supplied_text_is_escaped_on_list_and_page(superuser):
         assert EVIL not in html
     html = client_for(superuser).get(change_url(task)).content.decode()
     assert "&lt;script&gt;alert(" in html
+
+
+def test_the_task_page_shows_every_instant_in_the_tasks_zone_and_the_last_success(superuser):
+    success = dt.datetime(2030, 1, 7, 2, 15, 3, tzinfo=dt.UTC)
+    task = make_task(
+        name="kolkata",
+        timezone="Asia/Kolkata",
+        next_run_at=dt.datetime(2030, 1, 8, 4, 30, tzinfo=dt.UTC),
+        created_at=dt.datetime(2029, 12, 1, 0, 0, tzinfo=dt.UTC),
+        updated_at=dt.datetime(2029, 12, 2, 0, 0, tzinfo=dt.UTC),
+        last_success_at=success,
+    )
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    assert "2030-01-07 07:45:03 IST" in html  # the last success
+    assert "2030-01-08 10:00 IST" in html  # due at
+    assert "2029-12-01 05:30 IST" in html  # created
+    assert "2029-12-02 05:30 IST" in html  # updated
+    never = make_task(name="never-succeeded")
+    assert "never" in client_for(superuser).get(change_url(never)).content.decode()
+
+
+def test_a_paused_tasks_pending_retry_is_shown_on_hold(superuser):
+    retry = timezone.now() - dt.timedelta(minutes=5)
+    make_task(name="held", paused=True, retry_at=retry)
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "on hold while paused" in html
+    assert "5\xa0minutes ago" not in html

@@ -59,6 +59,21 @@ def history(tasks, make_scheduler):
     return scheduler
 
 
+def test_the_last_success_outlives_the_runs_it_came_from(history):
+    good = Task.objects.get(name="good")
+    finished = Run.objects.filter(task=good, status=RunStatus.SUCCEEDED).aggregate(
+        m=Max("finished_at")
+    )["m"]
+    assert good.last_success_at == finished
+    assert Task.objects.get(name="bad").last_success_at is None
+
+    # Pruned, deleted in the admin or with the ORM: the alert on it must still fire.
+    Run.objects.all().delete()
+    assert per_task(scrape(), "posixcron_last_success_timestamp_seconds") == {
+        "good": pytest.approx(finished.timestamp())
+    }
+
+
 def test_every_series_matches_the_database(history):
     SchedulerProcessFactory.create(last_heartbeat_at=timezone.now() - dt.timedelta(hours=2))  # dead
     overdue = Task.objects.create(

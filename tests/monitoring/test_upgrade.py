@@ -224,3 +224,53 @@ def test_an_interrupted_concurrent_build_is_built_again():
         )
         assert cursor.fetchone() == (True,)
     assert _unfinished_index() == ["task_id"]
+
+
+def test_each_tasks_last_success_is_filled_from_the_history():
+    before, after = [("django_posixcron", "0006_run_unfinished_index")], [
+        ("django_posixcron", "0007_task_last_success_at")
+    ]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    try:
+        old = executor.loader.project_state(before).apps
+        Task = old.get_model("django_posixcron", "Task")
+        Run = old.get_model("django_posixcron", "Run")
+        start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        for name, outcomes in (
+            ("mixed", ["succeeded", "succeeded", "failed", "running"]),
+            ("failing", ["failed", "timed_out"]),
+            ("new", []),
+        ):
+            task = Task.objects.create(
+                name=name,
+                schedule="0 * * * *",
+                callable_path="tests.testapp.jobs.noop",
+                timezone="UTC",
+                retry_delay=dt.timedelta(minutes=5),
+                definition_hash="x",
+            )
+            for i, status in enumerate(outcomes):
+                at = start + dt.timedelta(hours=i)
+                Run.objects.create(
+                    task=task,
+                    status=status,
+                    trigger="cron",
+                    scheduled_for=at,
+                    started_at=at,
+                    finished_at=None if status == "running" else at + dt.timedelta(seconds=3),
+                )
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+    new = MigrationExecutor(connection).loader.project_state(after).apps
+    filled = dict(
+        new.get_model("django_posixcron", "Task").objects.values_list("name", "last_success_at")
+    )
+    assert filled == {
+        "mixed": start + dt.timedelta(hours=1, seconds=3),  # the later of the two successes
+        "failing": None,
+        "new": None,
+    }
