@@ -33,13 +33,20 @@ logger = logging.getLogger("django_posixcron.scheduler.claim")
 # looked at again after this long, so a rolling deploy that settles is noticed within a minute.
 MISMATCH_RECHECK = dt.timedelta(seconds=60)
 
-# Columns of the claimed task rows nothing on a run's path reads: the admin's and the overdue
-# alert's timestamps. Parsing them cost about a twentieth of the loop's time in a burst while
-# Django's Python loader parsed PostgreSQL timestamps (db.fast_timestamps() now hands them to
-# psycopg's C loader where it can); they are still sent and built for nothing. A signal
-# receiver that reads one of them from ``run.task`` loads it then, with a query, as Django
-# loads any deferred field.
-UNREAD_IN_CLAIM = ("created_at", "updated_at", "last_run_finished_at", "overdue_signalled_for")
+# Columns of the claimed task rows nothing on a run's path reads: the admin's, the metrics' and
+# the overdue alert's timestamps (the outcome reads last_success_at under its own lock).
+# Parsing them cost about a twentieth of the loop's time in a burst while Django's Python
+# loader parsed PostgreSQL timestamps (db.fast_timestamps() now hands them to psycopg's C
+# loader where it can); they are still sent and built for nothing. A signal receiver that
+# reads one of them from ``run.task`` loads it then, with a query, as Django loads any
+# deferred field.
+UNREAD_IN_CLAIM = (
+    "created_at",
+    "updated_at",
+    "last_run_finished_at",
+    "last_success_at",
+    "overdue_signalled_for",
+)
 
 Planned = tuple[Task, "TaskDeclaration", dict[str, Any], Run | None]
 
