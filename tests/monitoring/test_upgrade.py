@@ -227,9 +227,10 @@ def test_an_interrupted_concurrent_build_is_built_again():
 
 
 def test_each_tasks_last_success_is_filled_from_the_history():
-    before, after = [("django_posixcron", "0006_run_unfinished_index")], [
-        ("django_posixcron", "0007_task_last_success_at")
-    ]
+    before, after = (
+        [("django_posixcron", "0006_run_unfinished_index")],
+        [("django_posixcron", "0007_task_last_success_at")],
+    )
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     try:
