@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 MISSING_EXTRA = (
     "django_posixcron.views.metrics needs prometheus_client, which is not installed. "
@@ -16,11 +16,16 @@ MISSING_EXTRA = (
 )
 
 
-@require_GET
+@require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Return the scheduler's series in the Prometheus text format, read from the database."""
+    """Return the scheduler's series, read from the database, in the format the scraper asks.
+
+    The Prometheus text format, or OpenMetrics when the Accept header prefers it, chosen by
+    prometheus_client as its own handlers choose; never cached on the way.
+    """
     try:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.exposition import choose_encoder
     except ImportError as error:
         raise ImproperlyConfigured(MISSING_EXTRA) from error
 
@@ -28,4 +33,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    response = HttpResponse(encode(registry), content_type=content_type)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -184,8 +184,28 @@ def test_a_skipped_run_is_counted_when_it_is_recorded(tasks, make_scheduler, gat
     )
 
 
-def test_the_view_answers_only_get(db):
+def test_the_view_answers_only_get_and_head(db):
     assert Client().post("/metrics").status_code == 405
+    head = Client().head("/metrics")
+    assert head.status_code == 200
+    assert head["Cache-Control"] == "no-store"
+
+
+def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(history):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse
+
+    response = Client().get(
+        "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert response["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert response["Cache-Control"] == "no-store"
+    families = {family.name: family for family in parse(response.content.decode())}
+    assert families["posixcron_runs"].type == "counter"
+    good = [s for s in families["posixcron_runs"].samples if s.labels.get("task") == "good"]
+    assert (
+        sum(s.value for s in good if s.name == "posixcron_runs_total")
+        == Run.objects.filter(task__name="good").count()
+    )
 
 
 def test_without_prometheus_client_the_error_names_the_extra(db, monkeypatch):
