@@ -131,9 +131,16 @@ class TaskQuerySet(models.QuerySet["Task"]):
             alias = getattr(self, "_db", None) or router.db_for_write(self.model)
             now = database_now(alias)
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
-        # the cursor is not overwritten with a stale due_at.
+        # the cursor is not overwritten with a stale due_at. A request still pending keeps
+        # its instant: asking twice before a scheduler picks it up asks for one run.
         return self.update(
-            run_requested_at=now,
+            run_requested_at=models.Case(
+                models.When(
+                    Q(run_requested_at__isnull=True) | Q(run_requested_at__gt=now),
+                    then=models.Value(now),
+                ),
+                default=models.F("run_requested_at"),
+            ),
             due_at=models.Case(
                 models.When(Q(due_at__isnull=True) | Q(due_at__gt=now), then=models.Value(now)),
                 default=models.F("due_at"),
@@ -246,24 +253,28 @@ class Task(models.Model):
     def compute_due_at(self) -> dt.datetime | None:
         return due_at(self.next_run_at, self.retry_at, self.run_requested_at)
 
-    def pause(self) -> None:
-        """Pause the task; the write touches only `paused`."""
-        self._row().pause()
+    def pause(self) -> bool:
+        """Pause the task; the write touches only `paused`. False if it already was."""
+        changed = bool(self._row().pause())
         self.paused = True
+        return changed
 
-    def resume(self) -> None:
-        """Resume the task; the write touches only `paused` and why it was paused."""
-        self._row().resume()
+    def resume(self) -> bool:
+        """Resume the task; the write touches only `paused` and why it was paused. False if
+        it was not paused."""
+        changed = bool(self._row().resume())
         self.paused = False
         self.paused_reason = ""
+        return changed
 
     def request_run(self, now: dt.datetime | None = None) -> None:
-        """Record a manual run request that the scheduler fires at its next tick."""
+        """Record a manual run request that the scheduler fires at its next tick; a request
+        still pending is kept as it is."""
         row = self._row()
         if now is None:
             now = database_now(row.db)
         row.request_run(now)
-        self.run_requested_at = now
+        self.run_requested_at = earliest(self.run_requested_at, now)
         self.due_at = earliest(self.due_at, now)
 
     def _row(self) -> TaskQuerySet:

@@ -69,8 +69,14 @@ class TaskStateActions(TaskAdminBase):
     # The task page's buttons --------------------------------------------------------------
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        def change(task: Task) -> str:
-            task.pause()
+        def change(task: Task) -> str | None:
+            if not task.pause():
+                self.message_user(
+                    request,
+                    gettext("The task %(task)s was already paused.") % {"task": task.name},
+                    messages.INFO,
+                )
+                return None
             self._log(
                 request, "Task paused from the admin task=%s user=%s", "admin_pause", task.name
             )
@@ -82,8 +88,14 @@ class TaskStateActions(TaskAdminBase):
         return self._state_view(request, object_id, self.has_pause_permission, change)
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        def change(task: Task) -> str:
-            task.resume()
+        def change(task: Task) -> str | None:
+            if not task.resume():
+                self.message_user(
+                    request,
+                    gettext("The task %(task)s was not paused.") % {"task": task.name},
+                    messages.INFO,
+                )
+                return None
             self._log(
                 request, "Task resumed from the admin task=%s user=%s", "admin_resume", task.name
             )
@@ -95,7 +107,20 @@ class TaskStateActions(TaskAdminBase):
         return self._state_view(request, object_id, self.has_pause_permission, change)
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        def change(task: Task) -> str:
+        def change(task: Task) -> str | None:
+            if task.run_requested_at is not None:
+                # One request at a time: asking again before a scheduler picks it up asks
+                # for the same run.
+                self.message_user(
+                    request,
+                    gettext(
+                        "A run of %(task)s is already requested; a scheduler starts it at its "
+                        "next tick."
+                    )
+                    % {"task": task.name},
+                    messages.INFO,
+                )
+                return None
             # Never runs task code here: the request is a timestamp a scheduler claims.
             task.request_run()
             self._log(
@@ -108,7 +133,12 @@ class TaskStateActions(TaskAdminBase):
                 messages.SUCCESS,
             )
             if task.paused:
-                self._warn_paused(request, 1)
+                self.message_user(
+                    request,
+                    gettext("The task %(task)s is paused: its run starts once it is resumed.")
+                    % {"task": task.name},
+                    messages.WARNING,
+                )
             return gettext("Requested a run.")
 
         return self._state_view(request, object_id, self.has_run_permission, change)
@@ -118,7 +148,7 @@ class TaskStateActions(TaskAdminBase):
         request: HttpRequest,
         object_id: str,
         allowed: Callable[[HttpRequest, Task | None], bool],
-        change: Callable[[Task], str],
+        change: Callable[[Task], str | None],
     ) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
@@ -129,8 +159,8 @@ class TaskStateActions(TaskAdminBase):
             raise Http404
         if not obj.declared:
             self._warn_retired(request, 1)
-        else:
-            self.log_change(request, obj, change(obj))
+        elif (done := change(obj)) is not None:
+            self.log_change(request, obj, done)
         return HttpResponseRedirect(
             reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk])
         )
@@ -139,30 +169,52 @@ class TaskStateActions(TaskAdminBase):
 
     @admin.action(description=_("Pause selected tasks"), permissions=["pause"])
     def pause_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        changed = queryset.filter(declared=True).pause()
+        declared = queryset.filter(declared=True)
+        targets = list(declared.filter(paused=False))
+        changed = declared.filter(pk__in=[t.pk for t in targets]).pause()
         self._log(request, "Tasks paused from the admin count=%d user=%s", "admin_pause", changed)
-        text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
-        self.message_user(request, text % {"count": changed}, messages.SUCCESS)
+        self._history(request, targets, gettext("Paused."))
+        if changed:
+            text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
+            self.message_user(request, text % {"count": changed}, messages.SUCCESS)
+        unchanged = declared.count() - len(targets)
+        self._note_unchanged(
+            request,
+            unchanged,
+            ngettext("%(count)d was already paused.", "%(count)d were already paused.", unchanged),
+        )
         self._warn_retired(request, queryset.retired().count())
 
     @admin.action(description=_("Resume selected tasks"), permissions=["pause"])
     def resume_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        changed = queryset.filter(declared=True).resume()
+        declared = queryset.filter(declared=True)
+        targets = list(declared.filter(paused=True))
+        changed = declared.filter(pk__in=[t.pk for t in targets]).resume()
         self._log(request, "Tasks resumed from the admin count=%d user=%s", "admin_resume", changed)
-        text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
-        self.message_user(request, text % {"count": changed}, messages.SUCCESS)
+        self._history(request, targets, gettext("Resumed."))
+        if changed:
+            text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
+            self.message_user(request, text % {"count": changed}, messages.SUCCESS)
+        unchanged = declared.count() - len(targets)
+        self._note_unchanged(
+            request,
+            unchanged,
+            ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged),
+        )
         self._warn_retired(request, queryset.retired().count())
 
     @admin.action(description=_("Run selected tasks now"), permissions=["run"])
     def run_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
         declared = queryset.filter(declared=True)
-        names = list(declared.values_list("name", flat=True))
-        paused = declared.filter(paused=True).count()
+        targets = list(declared)
+        names = [t.name for t in targets]
+        paused = sum(t.paused for t in targets)
         requested = declared.request_run()
         for name in names:
             self._log(
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", name
             )
+        self._history(request, targets, gettext("Requested a run."))
         self.message_user(
             request,
             ngettext(
@@ -177,6 +229,15 @@ class TaskStateActions(TaskAdminBase):
         self._warn_retired(request, queryset.retired().count())
 
     # Messages -----------------------------------------------------------------------------
+
+    def _history(self, request: HttpRequest, tasks: list[Task], message: str) -> None:
+        """Record each change in the tasks' admin History, as the task page's buttons do."""
+        for task in tasks:
+            self.log_change(request, task, message)
+
+    def _note_unchanged(self, request: HttpRequest, count: int, text: str) -> None:
+        if count:
+            self.message_user(request, text % {"count": count}, messages.INFO)
 
     def _log(self, request: HttpRequest, message: str, action: str, value: object) -> None:
         """Log one state change; `message` ends with the value's and the user's fields."""

@@ -269,6 +269,9 @@ class TaskAdmin(TaskStateActions):
         # One query for the strips of the whole page, whatever its size; the list keeps
         # the evaluated rows, so the attributes set here are the ones it renders.
         page = list(changelist.result_list)
+        # The strip is run history: shown to those who may see runs, as on the task page.
+        if not request.user.has_perm(f"{Run._meta.app_label}.view_run"):
+            return changelist
         recent = history.recent_runs(task.pk for task in page)
         for task in page:
             setattr(task, "posixcron_recent_runs", recent.get(task.pk, []))  # noqa: B010

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
-from tests.admin.conftest import client_for, make_run, make_task
+from tests.admin.conftest import _staff, client_for, make_run, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -420,6 +420,69 @@ def test_run_now_action_records_requests_only(operator):
     assert "Requested a run of 2 tasks" in response.content.decode()
     assert Task.objects.filter(run_requested_at__isnull=False).count() == 2
     assert not Run.objects.exists()
+
+
+def test_actions_record_history_and_say_what_was_left_as_it_was(operator):
+    a, b = make_task(name="a"), make_task(name="b", paused=True)
+    client = client_for(operator)
+
+    text = _act(client, "pause_selected", a, b).content.decode()
+
+    assert "Paused 1 task." in text
+    assert "1 was already paused." in text
+    history = LogEntry.objects.values_list("object_repr", "change_message")
+    assert list(history) == [("a", "Paused.")]  # as the task page's button records it
+
+    text = _act(client, "pause_selected", a, b).content.decode()
+    assert "Paused 0" not in text
+    assert "2 were already paused." in text
+    assert LogEntry.objects.count() == 1
+
+    _act(client, "resume_selected", a, b)
+    _act(client, "run_selected", a)
+    assert sorted(LogEntry.objects.values_list("object_repr", "change_message")) == [
+        ("a", "Paused."),
+        ("a", "Requested a run."),
+        ("a", "Resumed."),
+        ("b", "Resumed."),
+    ]
+
+
+def test_buttons_say_when_nothing_changes_and_record_nothing(operator):
+    task = make_task(name="held", paused=True)
+    client = client_for(operator)
+
+    text = client.post(action_url(task, "pause"), follow=True).content.decode()
+    assert "The task held was already paused." in text
+    client.post(action_url(task, "resume"))
+    text = client.post(action_url(task, "resume"), follow=True).content.decode()
+    assert "The task held was not paused." in text
+    assert list(LogEntry.objects.values_list("change_message", flat=True)) == ["Resumed."]
+
+
+def test_a_second_run_now_keeps_the_pending_request(operator):
+    task = make_task(name="twice", paused=True)
+    client = client_for(operator)
+    text = client.post(action_url(task, "run"), follow=True).content.decode()
+    assert "The task twice is paused: its run starts once it is resumed." in text
+    task.refresh_from_db()
+    first = task.run_requested_at
+    assert first is not None
+
+    text = client.post(action_url(task, "run"), follow=True).content.decode()
+    assert "A run of twice is already requested" in text
+    _act(client, "run_selected", task)
+    task.refresh_from_db()
+    assert task.run_requested_at == first  # one request, its instant kept
+    assert task.due_at == first
+
+
+def test_the_strip_of_runs_needs_the_run_view_permission(db, superuser):
+    task = make_task(name="watched")
+    make_run(task, status=RunStatus.FAILED)
+    tasks_only = _staff("tasks-only", "view_task")
+    assert "posixcron-strip" in client_for(superuser).get(LIST).content.decode()
+    assert "posixcron-strip" not in client_for(tasks_only).get(LIST).content.decode()
 
 
 @pytest.mark.parametrize(
