@@ -40,7 +40,7 @@ def task_rows(using: str) -> list[dict[str, Any]]:
         Task.objects.using(using)
         .filter(declared=True)
         .annotate(
-            last_duration=_latest(ran.filter(finished_at__isnull=False), "duration"),
+            last_duration=_latest(ran.filter(duration__isnull=False), "duration"),
             fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
         )
         .order_by("name")

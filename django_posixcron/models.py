@@ -428,7 +428,11 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task_id}:{self.trigger}@{self.scheduled_for.isoformat()}"
+        # The task's name when the task came with the run (the admin's pages select it),
+        # else its id: printing a run never costs a query.
+        task = Run.task.field
+        which = self.task.name if task.is_cached(self) else self.task_id
+        return f"{which}:{self.trigger}@{self.scheduled_for.isoformat()}"
 
 
 class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):

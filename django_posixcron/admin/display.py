@@ -105,7 +105,10 @@ def relative(value: dt.datetime, now: dt.datetime) -> str:
 
 
 def elapsed(since: dt.datetime, now: dt.datetime) -> str:
-    """Return how long a run has been running: "for 3 minutes"."""
+    """Return how long a run has been running: "for 20 seconds", "for 3 minutes"."""
+    if now - since < dt.timedelta(minutes=1):
+        seconds = max(0, int((now - since).total_seconds()))
+        return ngettext("for %(n)d second", "for %(n)d seconds", seconds) % {"n": seconds}
     return gettext("for %(elapsed)s") % {"elapsed": timesince(since, now)}
 
 

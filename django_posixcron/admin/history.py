@@ -170,7 +170,8 @@ def _title(task: Task, p: Point) -> str:
     return gettext("%(when)s: %(status)s, took %(took)s, started %(lag)s late") % {
         "when": display.in_zone(p.run.scheduled_for, task.timezone),
         "status": _label(p.run.status),
-        "took": display.duration(p.run.duration) or gettext("(running)"),
+        "took": display.duration(p.run.duration)
+        or (gettext("(unknown)") if p.run.status == RunStatus.LOST else gettext("(running)")),
         "lag": display.duration(dt.timedelta(seconds=p.lag or 0)),
     }
 

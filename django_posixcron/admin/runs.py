@@ -105,6 +105,10 @@ class RunAdmin(RunAdminBase):
     class Media:
         css = {"all": ("django_posixcron/admin.css",)}
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        # The run page's title, breadcrumb and History name the run by its task's name.
+        return super().get_queryset(request).select_related("task")
+
     @admin.display(description=_("task"), ordering="task__name")
     def task_link(self, obj: Run) -> SafeString:
         return format_html(

@@ -22,9 +22,15 @@ from django_posixcron.signals import run_finished, run_lost, task_failing
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.outcomes")
 
-# Error texts and tracebacks are kept whole up to this size; past it the tail, where the
-# failing frame is, is kept. A task raising a huge message must not bloat the history table.
+# Error texts and tracebacks are kept whole up to this size; past it an error keeps its start,
+# a traceback its first frames and its tail, where the failing frame and the message are. A
+# task raising a huge message must not bloat the history table.
 TEXT_LIMIT = 64 * 1024
+# The first characters of a traceback kept when it is cut: the outer frames, which a message
+# of 200,000 characters at its end would otherwise push out entirely.
+TRACEBACK_HEAD = 16 * 1024
+# A run's error in its log line: the first line, up to this long.
+LOG_ERROR_LIMIT = 500
 
 # Outcomes are written this many per transaction: enough to keep up with thousands of short
 # runs per second, few enough that the locks they take are held for milliseconds.
@@ -35,15 +41,16 @@ def cap(text: str, *, keep_tail: bool = False) -> str:
     """Return text fit for the history table: capped in size, without NUL characters.
 
     PostgreSQL text columns refuse NUL; an error message quoting binary data must not make
-    the outcome unwritable (and the scheduler retry it forever).
+    the outcome unwritable (and the scheduler retry it forever). With `keep_tail` (a
+    traceback), a text cut keeps its first frames and its tail; otherwise its start.
     """
     text = text.replace("\x00", "\\x00")
     if len(text) <= TEXT_LIMIT:
         return text
-    marker = "[... truncated ...]\n"
+    marker = "\n[... truncated ...]\n"
     if keep_tail:
-        return marker + text[-(TEXT_LIMIT - len(marker)) :]
-    return text[: TEXT_LIMIT - len(marker)] + "\n" + marker.strip()
+        return text[:TRACEBACK_HEAD] + marker + text[-(TEXT_LIMIT - TRACEBACK_HEAD - len(marker)) :]
+    return text[: TEXT_LIMIT - len(marker)] + marker.rstrip()
 
 
 @dataclasses.dataclass
@@ -142,6 +149,9 @@ def log_finished(run: Run) -> None:
     duration = run.duration.total_seconds() if run.duration is not None else 0.0
     level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
     first_line = run.error.splitlines()[0] if run.error else ""
+    if len(first_line) > LOG_ERROR_LIMIT:
+        # The whole text is on the run; a log line of 64 KB helps no one reading the log.
+        first_line = first_line[:LOG_ERROR_LIMIT] + "..."
     logger.log(
         level,
         "run finished task=%s trigger=%s status=%s duration=%.3fs run=%s%s",
@@ -193,9 +203,10 @@ def write_outcomes(
             run = o.run
             run.status, run.finished_at = o.status, o.finished_at
             run.error, run.traceback = o.error, o.traceback
+            # A lost run's end is when it was found lost, not when it stopped: no duration.
             run.duration = (
                 max(dt.timedelta(0), o.finished_at - run.started_at)
-                if run.started_at is not None
+                if run.started_at is not None and o.status != RunStatus.LOST
                 else None
             )
         update_many(

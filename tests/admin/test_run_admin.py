@@ -281,3 +281,15 @@ def test_a_repeated_hour_under_one_abbreviation_shows_its_offset():
     assert in_zone(dt.datetime(2030, 1, 7, 10, 0, 5, tzinfo=dt.UTC), "Europe/Berlin") == (
         "2030-01-07 11:00:05 CET"
     )
+
+
+def test_a_run_is_named_by_its_task_on_its_page(superuser):
+    task = make_task(name="named")
+    run = make_run(task)
+    html = client_for(superuser).get(run_url(run)).content.decode()
+    assert f"named:cron@{run.scheduled_for.isoformat()}" in html  # the breadcrumb
+    # Without its task loaded, printing a run costs no query.
+    bare = Run.objects.get(pk=run.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert str(bare).startswith(f"{task.pk}:cron@")
+    assert not queries.captured_queries

@@ -656,3 +656,11 @@ def test_a_paused_tasks_pending_retry_is_shown_on_hold(superuser):
     html = client_for(superuser).get(LIST).content.decode()
     assert "on hold while paused" in html
     assert "5\xa0minutes ago" not in html
+
+
+def test_a_run_started_seconds_ago_says_so(superuser):
+    task = make_task(name="busy")
+    make_run(task, status=RunStatus.RUNNING, started_at=timezone.now() - dt.timedelta(seconds=20))
+    html = client_for(superuser).get(LIST).content.decode()
+    assert "for 0\xa0minutes" not in html
+    assert "for 20 seconds" in html or "for 21 seconds" in html

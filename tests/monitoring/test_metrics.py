@@ -199,7 +199,8 @@ def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(history):
     )
     assert response["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
     assert response["Cache-Control"] == "no-store"
-    families = {family.name: family for family in parse(response.content.decode())}
+    text = response.content.decode()
+    families = {family.name: family for family in parse(text)}  # type: ignore[no-untyped-call]
     assert families["posixcron_runs"].type == "counter"
     good = [s for s in families["posixcron_runs"].samples if s.labels.get("task") == "good"]
     assert (

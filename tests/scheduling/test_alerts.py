@@ -303,7 +303,10 @@ def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(tasks, make_schedu
     first.tick(T0)
     second.tick(T0)
 
-    assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+    lost = Run.objects.get(pk=run.pk)
+    assert lost.status == RunStatus.LOST
+    # Found lost an hour after it started: how long it ran is not known, and not an hour.
+    assert (lost.finished_at, lost.duration) == (T0, None)
     [sent] = received["lost"]
     assert sent["run"].pk == run.pk
 

@@ -307,16 +307,23 @@ def test_system_exit_and_keyboard_interrupt_in_task_code_are_failures(
     assert scheduler.tick(T0 + HOUR).started
 
 
-def test_errors_and_tracebacks_are_capped(tasks, make_scheduler):
+def test_errors_and_tracebacks_are_capped(tasks, make_scheduler, caplog):
     task = tasks(callable_path="tests.testapp.jobs.huge_failure")
     scheduler = make_scheduler()
-    scheduler.tick(T0)
-    finished(scheduler)
+    with caplog.at_level(logging.INFO, logger="django_posixcron"):
+        scheduler.tick(T0)
+        finished(scheduler)
 
     run = Run.objects.get(task=task)
     assert len(run.error) <= 64 * 1024
     assert len(run.traceback) <= 64 * 1024
-    assert run.traceback.rstrip().endswith("x")  # the tail (the failing frame) is kept
+    # A message of 200,000 characters ends the traceback: its frames are kept before it.
+    assert run.traceback.startswith("Traceback (most recent call last):")
+    assert "in huge_failure" in run.traceback
+    assert "\n[... truncated ...]\n" in run.traceback
+    assert run.traceback.rstrip().endswith("x")  # and its tail
+    [line] = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "run_finished"]
+    assert len(line) < 1000  # the log line quotes the error's start; the run keeps the rest
 
 
 def test_the_outcome_write_does_not_lose_a_concurrent_pause(tasks, make_scheduler, gate):
