@@ -235,13 +235,13 @@ class CronExpression:
             return self._matches_zoned(when, tz, offset)
         except OverflowError:
             moved = _shift(when, _inward(when))
-            return self._matches_zoned(moved, tz, tz.utcoffset(moved) or offset)
+            return self._matches_zoned(moved, tz, _offset_at(moved, tz, offset))
 
     def _matches_zoned(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> bool:
         start = _Datetime(when.year, when.month, when.day, when.hour, when.minute, 0, 0, tz)
         start_utc = start - offset
         before = tz.fromutc(start_utc - _TICK)
-        found = self._next_zoned(before, tz, tz.utcoffset(before) or offset)
+        found = self._next_zoned(before, tz, _offset_at(before, tz, offset))
         return _instant(found) == start_utc
 
     def next_after(self, when: dt.datetime) -> dt.datetime:
@@ -262,7 +262,7 @@ class CronExpression:
                 except OverflowError:
                     years = _inward(when)
                     moved = _shift(when, years)
-                    answer = self._next_aware(moved, tz, tz.utcoffset(moved) or offset)
+                    answer = self._next_aware(moved, tz, _offset_at(moved, tz, offset))
                     return _shift(answer, -years)
         found = self._at_or_after(when.year, when.month, when.day, when.hour, when.minute + 1)
         if tz is None:
@@ -275,7 +275,7 @@ class CronExpression:
             # gap (Python reads it with the later offset): search from that instant's own
             # wall time, not from fields that are past it.
             when = tz.fromutc(when - offset)
-            offset = tz.utcoffset(when) or offset
+            offset = _offset_at(when, tz, offset)
         return self._next_zoned(when, tz, offset)
 
     def _next_zoned(self, when: dt.datetime, tz: dt.tzinfo, offset: dt.timedelta) -> dt.datetime:
@@ -368,6 +368,13 @@ def _instant(value: dt.datetime) -> dt.datetime:
 def _inward(when: dt.datetime) -> int:
     """Return the years to move `when` away from the end of the calendar it is near."""
     return _CYCLE_YEARS if when.year < (dt.MINYEAR + dt.MAXYEAR) // 2 else -_CYCLE_YEARS
+
+
+def _offset_at(when: dt.datetime, tz: dt.tzinfo, known: dt.timedelta) -> dt.timedelta:
+    """Return `tz`'s offset at `when`, else the one `known`: +00:00 is an offset too (a
+    plain ``or`` took it for none, and Atlantic/Azores' summer time for its winter's)."""
+    offset = tz.utcoffset(when)
+    return known if offset is None else offset
 
 
 def _shift(when: dt.datetime, years: int) -> dt.datetime:

@@ -197,3 +197,19 @@ def test_a_gap_time_with_fold_1_is_the_instant_before_the_gap(text, zone, wall, 
     # The same instant written canonically gives the same answer.
     canonical = when.astimezone(dt.UTC).astimezone(tz)
     assert CronExpression(text).next_after(canonical) == found
+
+
+def test_matches_in_a_zone_whose_summer_offset_is_zero():
+    # Atlantic/Azores: -01:00 in winter, +00:00 in summer. An offset of zero is an offset:
+    # read as "none", the search started an hour late and skipped the minute asked about.
+    azores = ZoneInfo("Atlantic/Azores")
+    # Spring forward on 2026-03-29: 00:00-01:00 does not exist; 00:30 (fold=0) names 01:30+00:00.
+    in_gap = dt.datetime(2026, 3, 29, 0, 30, tzinfo=azores)
+    assert CronExpression("* * * * *").matches(in_gap)
+    assert CronExpression("5 1 * * *").matches(dt.datetime(2026, 3, 29, 0, 5, tzinfo=azores))
+    # Fall back on 2026-10-25: 00:00-01:00 happens twice; 00:00-01:00 (fold=1) is 01:00 UTC.
+    second_pass = dt.datetime(2026, 10, 25, 0, 0, fold=1, tzinfo=azores)
+    assert CronExpression("0 * * * *").matches(second_pass)
+    found = CronExpression("0 * * * *").next_after(dt.datetime(2026, 10, 24, 23, 30, tzinfo=azores))
+    assert (found.isoformat(), found.fold) == ("2026-10-25T00:00:00+00:00", 0)
+    assert CronExpression("0 * * * *").matches(found)

@@ -29,6 +29,7 @@ ZONES = (
     "Asia/Kolkata",
     "America/Havana",
     "America/Santiago",
+    "Atlantic/Azores",  # summer time at +00:00: an offset that is falsy
 )
 BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
 
