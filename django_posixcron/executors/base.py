@@ -80,6 +80,10 @@ class Executor(Protocol):
 
     def release(self, key: int) -> None: ...
 
+    def stop(self, key: int) -> None:
+        """Have the run's call stopped; its slot frees when the call has returned. Only an
+        executor that `stops_on_timeout` really stops it."""
+
     def wait_idle(self, timeout: float | None = None) -> bool: ...
 
     def set_wakeup(self, callback: Callable[[], object] | None) -> None: ...

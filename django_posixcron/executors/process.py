@@ -184,11 +184,16 @@ class ProcessExecutor(ThreadExecutor):
             child.signal_group(signal.SIGKILL)
         return result
 
-    def release(self, key: int) -> None:
-        """Free the slot and have the run's process group stopped if it is still running."""
+    def stop(self, key: int) -> None:
+        """Have the run's process group stopped (SIGTERM, then SIGKILL after `kill_after`);
+        the slot frees when its child is gone, and only then is the run's outcome queued."""
         with self._cond:
             if key in self._children:
                 self._stopping.add(key)
+
+    def release(self, key: int) -> None:
+        """Free the slot and have the run's process group stopped if it is still running."""
+        self.stop(key)
         super().release(key)
 
     def close(self) -> None:

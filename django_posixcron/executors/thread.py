@@ -117,6 +117,10 @@ class ThreadExecutor:
     def kill_all(self) -> None:
         """Stop every running call at once; threads cannot be stopped, so nothing happens."""
 
+    def stop(self, key: int) -> None:
+        """A thread cannot be stopped: free its slot now, as release() does."""
+        self.release(key)
+
     def release(self, key: int) -> None:
         """Free the slot of `key` now, whether or not its thread has returned."""
         with self._cond:

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.execution")
 
+# How much longer than its `kill_after` the graceful exit waits for a stopped run's process to
+# be gone and its outcome queued: the run's thread notices within a tenth of a second.
+STOP_SLACK = 2.0
+
 
 @dataclasses.dataclass
 class InFlight:
@@ -45,6 +49,9 @@ class InFlight:
     declaration: TaskDeclaration
     deadline: dt.datetime | None
     started_monotonic: float = dataclasses.field(default_factory=time.monotonic)
+    # How the run ends, decided while its process is being stopped (timed out, interrupted):
+    # recorded when the call has returned, so no run executes after it is recorded as ended.
+    ending: Outcome | None = None
 
     def elapsed_finish(self) -> dt.datetime:
         """Return started_at plus the time measured since, in the claim's clock."""
@@ -126,7 +133,10 @@ class Runs:
         finished_at = inflight.elapsed_finish()
         with self.lock:
             mine = not self.sealed and self.inflight.pop(run.pk, None) is not None
-            if mine:
+            if mine and inflight.ending is not None:
+                # Stopped: it ended as decided, now that its process is gone.
+                self.outcomes.append(dataclasses.replace(inflight.ending, finished_at=finished_at))
+            elif mine:
                 self.outcomes.append(Outcome(run, status, finished_at, error, tb))
         if not mine:
             logger.info(
@@ -138,7 +148,14 @@ class Runs:
             )
 
     def check_timeouts(self, now: dt.datetime, stops_on_timeout: bool) -> list[Run]:
-        """Record runs past their timeout as timed_out and free their slots."""
+        """Time out the runs past their timeout; return them.
+
+        An executor that stops runs has each one's process stopped, and the run is recorded
+        timed_out once it is gone (the next tick writes it): "no run keeps executing after the
+        run is recorded as ended", so neither its retry nor, with overlap=skip, the task's next
+        occurrence can start beside it. Threads cannot be stopped: such a run is recorded
+        timed_out at once, its slot freed, its call left to return in the background.
+        """
         with self.lock:
             expired = [
                 i for i in self.inflight.values() if i.deadline is not None and now >= i.deadline
@@ -146,6 +163,20 @@ class Runs:
         timed_out = []
         for inflight in expired:
             run = inflight.run
+            if stops_on_timeout:
+                with self.lock:
+                    deadline = inflight.deadline
+                    if self.inflight.get(run.pk) is not inflight or deadline is None:
+                        continue  # it returned meanwhile: its own outcome is queued, and wins
+                    assert run.started_at is not None
+                    took = deadline - run.started_at
+                    inflight.ending = Outcome(
+                        run, RunStatus.TIMED_OUT, now, f"Timed out after {took}."
+                    )
+                    inflight.deadline = None
+                self.executor.stop(run.pk)
+                timed_out.append(run)
+                continue
             with self.lock:
                 if self.inflight.pop(run.pk, None) is None:
                     # It returned meanwhile: its own outcome is queued, and wins.
@@ -228,20 +259,35 @@ class Runs:
             remaining = list(self.inflight.values())
             self.inflight.clear()
         return held + [
-            Outcome(i.run, RunStatus.INTERRUPTED, i.elapsed_finish(), error) for i in remaining
+            dataclasses.replace(i.ending, finished_at=i.elapsed_finish())
+            if i.ending is not None
+            else Outcome(i.run, RunStatus.INTERRUPTED, i.elapsed_finish(), error)
+            for i in remaining
         ]
 
-    def interrupt_remaining(self, error: str) -> None:
-        """Queue every run still in flight as interrupted, releasing its executor slot."""
+    def interrupt_remaining(self, error: str, now: Callable[[], dt.datetime]) -> None:
+        """Queue every run still in flight as interrupted, releasing its executor slot.
+
+        An executor that stops runs has their processes stopped first, and each is queued once
+        its process is gone (waiting up to the executor's `kill_after` and a little more).
+        """
+        if self.executor.stops_on_timeout:
+            with self.lock:
+                stopping = [i for i in self.inflight.values() if i.ending is None]
+                for inflight in stopping:
+                    inflight.ending = Outcome(inflight.run, RunStatus.INTERRUPTED, now(), error)
+                    inflight.deadline = None
+            for inflight in stopping:
+                self.executor.stop(inflight.run.pk)
+            self.executor.wait_idle(getattr(self.executor, "kill_after", 0.0) + STOP_SLACK)
         with self.lock:
             remaining = list(self.inflight.values())
             self.inflight.clear()
         for inflight in remaining:
             # A process executor stops the run's process; threads cannot be stopped.
             self.executor.release(inflight.run.pk)
-            self.queue(
-                Outcome(inflight.run, RunStatus.INTERRUPTED, inflight.elapsed_finish(), error)
-            )
+            ending = inflight.ending or Outcome(inflight.run, RunStatus.INTERRUPTED, now(), error)
+            self.queue(dataclasses.replace(ending, finished_at=inflight.elapsed_finish()))
 
     def flush(self, *, queued_only: bool = False) -> None:
         """Write the outcomes finished runs left behind; keep them if the database is away.

@@ -128,7 +128,8 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     try:
         runs.interrupt_remaining(
             "Interrupted: the scheduler was asked to stop and the run did not "
-            f"finish within the {grace:g} s grace period."
+            f"finish within the {grace:g} s grace period.",
+            scheduler.now,
         )
         runs.flush()
         mark_stopped(scheduler.using, scheduler.process)

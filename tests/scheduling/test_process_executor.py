@@ -71,14 +71,48 @@ def test_a_timeout_stops_the_run_and_the_processes_it_started(tasks, make_schedu
     result = scheduler.tick(T0 + dt.timedelta(seconds=2))
 
     assert [r.pk for r in result.timed_out] == [run.pk]
-    # The run's thread returns once it has stopped the group and reaped the child.
-    assert executor.wait_idle(10)
-    wait_until(lambda: not executor._children, 10, "the child to be reaped")
+    # The run's thread returns once it has stopped the group and reaped the child; the
+    # outcome is written then (here by wait_idle, in the loop by its next tick).
+    assert scheduler.wait_idle(10)
+    assert not executor._children
     wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the whole group to be gone")
     assert not (tmp_path / "finished").exists()
     run.refresh_from_db()
     assert run.status == RunStatus.TIMED_OUT
-    assert "cannot stop" not in run.error
+    assert run.error == "Timed out after 0:00:01."
+
+
+@pytest.mark.parametrize("ending", ["timeout", "grace"])
+def test_a_stopped_run_is_recorded_ended_only_once_its_process_is_gone(
+    tasks, make_scheduler, tmp_path, ending
+):
+    # "No run keeps executing after the run is recorded as ended": recorded timed_out (or
+    # interrupted) while its process still cleans up, its retry could start beside it.
+    tasks(
+        callable_path="tests.testapp.jobs.cleans_up_slowly",
+        kwargs={"directory": str(tmp_path), "cleanup": 1.5},
+        timeout=1 if ending == "timeout" else None,
+        retry_delay=1,
+    )
+    scheduler = make_scheduler(executor=ProcessExecutor(1, kill_after=5))
+    run = scheduler.tick(T0).started[0]
+    wait_until(lambda: (tmp_path / "started").exists(), 30, "the run to start")
+
+    if ending == "timeout":
+        scheduler.tick(T0 + dt.timedelta(seconds=2))
+        # Its process is cleaning up: the run is still running, and blocks overlap=skip.
+        assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+        assert scheduler.wait_idle(10)
+    else:
+        scheduler.runs.interrupt_remaining("Interrupted.", scheduler.now)
+        scheduler.runs.flush()
+
+    assert (tmp_path / "cleaned").exists()
+    run.refresh_from_db()
+    assert run.status == (RunStatus.TIMED_OUT if ending == "timeout" else RunStatus.INTERRUPTED)
+    assert run.finished_at is not None
+    assert run.duration is not None
+    assert run.duration >= dt.timedelta(seconds=1.5)  # it ended when its clean-up did
 
 
 def test_a_task_may_use_multiprocessing_itself(tasks, make_scheduler, tmp_path):

@@ -324,3 +324,22 @@ class CallableJob:
 
     def __call__(self) -> None:
         Hit.objects.create(task_name="callable-job")
+
+
+def cleans_up_slowly(directory: str, cleanup: float = 2.0) -> None:
+    """Sleep; on SIGTERM, take `cleanup` seconds to clean up (noting when) before exiting."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    folder = Path(directory)
+
+    def clean_up(signum: int, frame: object) -> None:
+        time.sleep(cleanup)
+        (folder / "cleaned").write_text(repr(time.time()))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, clean_up)
+    (folder / "started").write_text(str(os.getpid()))
+    time.sleep(120)
