@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,11 +57,17 @@ class Heartbeat:
         process: SchedulerProcess,
         every: float,
         running: Callable[[], list[int]],
+        stale_after: float | None = None,
     ) -> None:
         self.using = using
         self.process = process
         self.every = every
         self._running = running
+        # A silence longer than this (the process stopped, frozen, or cut off from the
+        # database) let the others judge us dead: noted for the loop (silence()).
+        self._stale_after = stale_after
+        self._last_beat: float | None = None
+        self._silence: float | None = None
         # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
         self._queries = QueryCache(using)
         self._stop = threading.Event()
@@ -102,6 +109,19 @@ class Heartbeat:
         stamp = {} if by_database else {"now": now or dj_timezone.now()}
         if not compiled.update(**stamp):
             self._register_again(now)
+        self._beaten()
+
+    def _beaten(self) -> None:
+        at = time.monotonic()
+        last, self._last_beat = self._last_beat, at
+        if last is not None and self._stale_after is not None and at - last > self._stale_after:
+            self._silence = at - last
+
+    def silence(self) -> float | None:
+        """Return, once, how long this process went without a beat if that was longer than
+        the stale limit (the others may have judged it dead meanwhile), else None."""
+        silence, self._silence = self._silence, None
+        return silence
 
     def _register_again(self, now: dt.datetime | None) -> None:
         # Someone deleted our row (a cleanup in the admin); register again so our runs keep an

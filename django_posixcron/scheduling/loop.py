@@ -219,7 +219,11 @@ class Scheduler:
         now = self.now()
         self.process = liveness.register(self.using, now, digest)
         self.heartbeat = liveness.Heartbeat(
-            self.using, self.process, self.heartbeat_every, self.runs.pks
+            self.using,
+            self.process,
+            self.heartbeat_every,
+            self.runs.pks,
+            stale_after=self.stale_after.total_seconds(),
         )
         self.pruner.next_at = now
         if self._serving_threads:
@@ -234,6 +238,25 @@ class Scheduler:
             f" handed_off={handed_off}" if handed_off else "",
             extra={"action": "scheduler_started"},
         )
+
+    def _silent_too_long(self) -> bool:
+        """Whether this process went silent past the stale limit, so that peers of another
+        declaration set may have judged it gone and retired or rewritten what it declares.
+
+        "A task that any live scheduler declares never stops firing": back, it reconciles
+        again, restoring what it declares and deferring what live peers hold, as at start-up.
+        """
+        silence = None if self.heartbeat is None else self.heartbeat.silence()
+        if silence is None or self.rollout.deferred is None:
+            return False
+        logger.warning(
+            "this process went %.0f s without a heartbeat, past the %.0f s after which others "
+            "judge it gone; reconciling again",
+            silence,
+            self.stale_after.total_seconds(),
+            extra={"action": "silence_reconcile"},
+        )
+        return True
 
     def reconcile(self, now: dt.datetime | None = None) -> Plan:
         """Reconcile settings into the database as this registered process; return the plan.
@@ -327,7 +350,10 @@ class Scheduler:
                 self._clock_read = (db_now, time.monotonic())
         judging = self.outage.may_judge_others() and not bursting
         # After an outage every peer looks stale: judge none gone until they could beat.
-        if judging and self.rollout.peers_changed(self.process, peeked.others, self.now()):
+        silent = self._silent_too_long() if judging else False
+        if judging and (
+            self.rollout.peers_changed(self.process, peeked.others, self.now()) or silent
+        ):
             self.reconcile(now)
             # Tasks deferred until now may be due: let the claim look at once.
             next_due = now

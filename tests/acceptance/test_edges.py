@@ -221,3 +221,30 @@ def test_a_deleted_process_row_does_not_turn_its_running_runs_lost(world):
     assert world.scheduler.process is not None
     assert Run.objects.get().process_id == world.scheduler.process.pk
     assert task("held").retry_at is None
+
+
+def test_a_process_back_from_a_silence_past_the_stale_limit_reconciles_again(world, caplog):
+    # While this process was stopped (SIGSTOP, a frozen VM, cut off from the database),
+    # a peer of another deploy judged it gone and retired the task only it declares. Back,
+    # it must restore it: "a task that any live scheduler declares never stops firing".
+    world.settings({"old": record("old", "0 * * * *"), "new": record("new", "0 * * * *")})
+    live = Scheduler(grace=1)
+    world.schedulers.append(live)
+    live.start()
+    live.reconcile()  # as runscheduler does once registered
+    Task.objects.filter(name="new").update(declared=False)  # the peer's doing
+    live.tick()
+    assert not task("new").declared  # nothing says it happened: not reconciled again
+
+    assert live.heartbeat is not None
+    live.heartbeat._last_beat = time.monotonic() - 2 * live.stale_after.total_seconds()
+    live.tick()
+
+    assert task("new").declared
+    assert [
+        getattr(r, "action", "")
+        for r in caplog.records
+        if getattr(r, "action", "") == "silence_reconcile"
+    ] == ["silence_reconcile"]
+    live.tick()
+    assert len([r for r in caplog.records if getattr(r, "action", "") == "silence_reconcile"]) == 1
