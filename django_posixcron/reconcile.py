@@ -136,13 +136,19 @@ class Plan:
         return [*self.create, *self.update, *self.retire]
 
     def counts(self) -> dict[str, int]:
+        """The changes, and the declared tasks left as they were (neither rows retired
+        before, nor deferred changes, which the summary counts apart): the declared tasks
+        are the created, updated, restored, unchanged and deferred ones."""
         restored = sum(1 for c in self.update if c.action == "task_restored")
+        deferred = {d.name for d in self.deferred}
         return {
             "created": len(self.create),
             "updated": len(self.update) - restored,
             "restored": restored,
             "retired": len(self.retire),
-            "unchanged": len(self.unchanged),
+            "unchanged": sum(
+                1 for name in self.unchanged if name in self.declarations and name not in deferred
+            ),
         }
 
     def summary(self, *, pending: bool = False) -> str:

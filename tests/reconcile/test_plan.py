@@ -123,8 +123,9 @@ def test_retire_and_restore():
     assert change.task.next_run_at == rows[0].next_run_at  # cursor kept as is
     retired = change.task
 
-    # Staying retired is no change.
+    # Staying retired is no change, and no declared task is counted "unchanged" for it.
     assert plan({}, [retired], NOW).is_empty
+    assert plan({}, [retired], NOW).summary().endswith("0 retired, 0 unchanged.")
 
     later = dt.datetime(2030, 2, 1, 3, 15, 59, tzinfo=UTC)
     [back] = plan(declarations, [retired], later).update
