@@ -32,12 +32,29 @@ _ENQUEUE_HINT = (
 )
 
 
+# What a task without its own "enqueue" inherits when ENQUEUE runs tasks in the scheduler.
+INHERIT_LOCAL: object = object()
+
+
 def enqueue(value: object, path: KeyPath) -> Enqueue | None:
-    """Return where runs are handed off, or None for "run inside the scheduler"."""
-    if value is False or value is None:
+    """Return where runs are handed off, or None for "run inside the scheduler".
+
+    ``None`` is not a value a user may give: a task's ``"enqueue": None`` reads as "inherit
+    ENQUEUE" as well as "opt out", so it is refused with the other wrong values. (A task
+    without the key inherits the top-level value, passed here already validated.)
+    """
+    if value is False or value is INHERIT_LOCAL:
         return None
     if isinstance(value, Enqueue):  # the top-level ENQUEUE, already checked, as a default
         return value
+    if value is None:
+        raise Invalid(
+            E_ENQUEUE,
+            Form.EXPECTED,
+            "True, False or a dict",
+            "Leave the key out to follow ENQUEUE, or say False to run the task inside the "
+            "scheduler.",
+        )
     if value is True:
         return Enqueue()
     if not isinstance(value, Mapping):

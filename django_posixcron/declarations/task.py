@@ -19,6 +19,7 @@ from django_posixcron.declarations.declaration import (
     TaskDeclaration,
 )
 from django_posixcron.declarations.handoff import (
+    INHERIT_LOCAL,
     enqueue,
     start_deadline,
     start_deadline_needs_enqueue,
@@ -87,6 +88,12 @@ def timezone(value: object, path: KeyPath) -> str:
         "such as 'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.",
         shown=value,
     )
+
+
+def _inherited_enqueue(scope: Mapping[str, Any]) -> object:
+    """The top-level ENQUEUE, validated: an Enqueue, or INHERIT_LOCAL for None."""
+    inherited = scope["ENQUEUE"]
+    return INHERIT_LOCAL if inherited is None else inherited
 
 
 def default_zone() -> str:
@@ -177,7 +184,7 @@ TASK = Table(
             default=None,
         ),
         # Hand runs to a Django Tasks backend: the top-level ENQUEUE unless the task says.
-        Key("enqueue", enqueue, default_from=lambda scope: scope["ENQUEUE"]),
+        Key("enqueue", enqueue, default_from=_inherited_enqueue),
         Key("start_deadline", start_deadline, default=None),
     ),
     rules=(

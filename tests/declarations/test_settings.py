@@ -154,6 +154,13 @@ CASES = [
         "another host may link 'localtime' to another zone",
     ),
     (
+        "posixcron.E030",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", enqueue=None),
+        "Expected True, False or a dict but got None",
+        "None",
+        "Leave the key out to follow ENQUEUE",
+    ),
+    (
         "posixcron.E012",
         one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.NOT_CALLABLE"),
         "is not callable (it is int 42)",
