@@ -109,7 +109,7 @@ def test_an_overdue_task_is_unhealthy_unless_the_lag_allows_it(now):
     code, out = status()
     assert code == 1
     assert "overdue  late " in out
-    assert "1 overdue task(s)" in out
+    assert "1 overdue task(s): late" in out
     for quiet in ("late-but-paused", "late-but-retired", "just-due"):
         assert quiet not in out
 
@@ -283,3 +283,14 @@ def test_queued_runs_within_their_deadline_are_healthy(now):
 
     assert code == 0, out
     assert "Runs handed to workers: 1 queued" in out
+
+
+def test_the_problem_line_names_the_most_overdue_tasks(now):
+    make_process(now)
+    for minutes in range(1, 8):
+        make_task(f"late-{minutes}", now, next_run_at=now - dt.timedelta(minutes=minutes))
+
+    code, out = status()
+
+    assert code == 1
+    assert "7 overdue task(s): late-7, late-6, late-5, late-4, late-3 and 2 more" in out

@@ -36,7 +36,7 @@ def test_a_live_scheduler_and_tasks_on_time_is_healthy():
 def test_an_overdue_task_is_unhealthy_past_the_poll_interval():
     SchedulerProcessFactory.create(last_heartbeat_at=timezone.now())
     TaskFactory.create(name="late", next_run_at=timezone.now() - dt.timedelta(minutes=2))
-    assert probe() == (500, {CHECK: "Unavailable: 1 overdue task(s)"})
+    assert probe() == (500, {CHECK: "Unavailable: 1 overdue task(s): late"})
 
 
 def test_a_failing_task_is_reported_but_healthy():

@@ -77,7 +77,7 @@ def collect(
     elif not live:
         problems.append("no live scheduler")
     if overdue and not ignore_overdue:
-        problems.append(f"{len(overdue)} overdue task(s)")
+        problems.append(f"{len(overdue)} overdue task(s): {_names(overdue)}")
     if failing and not ignore_failing:
         problems.append(f"{len(failing)} failing task(s)")
     runs = Run.objects.using(using).select_related("task").order_by("pk")
@@ -105,6 +105,15 @@ def collect(
         queued_too_long=queued_too_long[:LISTED],
         silent_workers=silent[:LISTED],
     )
+
+
+# A problem line names this many tasks, the most overdue first, and counts the rest.
+NAMED = 5
+
+
+def _names(tasks: list[Task]) -> str:
+    names = ", ".join(task.name for task in tasks[:NAMED])
+    return f"{names} and {len(tasks) - NAMED} more" if len(tasks) > NAMED else names
 
 
 def _count(listed: list[Run]) -> str:
