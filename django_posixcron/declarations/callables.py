@@ -170,12 +170,35 @@ def takes_kwargs(values: Mapping[str, Any]) -> None:
         return
     signature = _signature(func)
     called = "a RunContext first and " if context else ""
+    name = dotted.rsplit(".", 1)[-1]
+    if context and _bind_error(func, tuple(kwargs), False) is None:
+        # The kwargs fit; the context has no parameter to go to.
+        hint = (
+            "With takes_context, the callable gets the RunContext as its first positional "
+            f"argument: give {name} a parameter for it, e.g. def {name}(context, ...)."
+        )
+    else:
+        hint = f"Make the kwargs match the signature {name}{signature}."
+        unknown = _unknown_names(signature, kwargs)
+        if unknown:
+            hint += f" It has no parameter {', '.join(map(repr, unknown))}."
     raise Invalid(
         E_SIGNATURE,
         Form.ASSIGNED,
         f"cannot be called with {called}the declared kwargs {show(kwargs)}: {error}.",
-        f"Make the kwargs match the signature {dotted.rsplit('.', 1)[-1]}{signature}.",
+        hint,
     )
+
+
+def _unknown_names(signature: inspect.Signature | None, names: Mapping[str, Any]) -> list[str]:
+    """Return the kwargs no parameter of `signature` takes (none if it takes **kwargs)."""
+    if signature is None:
+        return []
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    named = {n for n, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    return [n for n in names if n not in named]
 
 
 def _bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:

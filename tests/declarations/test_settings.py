@@ -363,6 +363,24 @@ CASES = [
         "'tests.testapp.jobs.noop'",
         "Make the kwargs match",
     ),
+    (
+        "posixcron.E013",
+        one_task(**task(), takes_context=True),
+        "cannot be called with a RunContext first",
+        "'tests.testapp.jobs.noop'",
+        "gets the RunContext as its first positional argument: give noop a parameter for it",
+    ),
+    (
+        "posixcron.E013",
+        one_task(
+            schedule="0 3 * * *",
+            callable="tests.testapp.jobs.fail_unless_file",
+            kwargs={"paht": "/tmp/x"},
+        ),
+        "cannot be called with the declared kwargs",
+        "{'paht': '/tmp/x'}",
+        "fail_unless_file(path: 'str') -> 'None'. It has no parameter 'paht'.",
+    ),
 ]
 
 
