@@ -169,38 +169,40 @@ class TaskStateActions(TaskAdminBase):
 
     @admin.action(description=_("Pause selected tasks"), permissions=["pause"])
     def pause_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        declared = queryset.filter(declared=True)
-        targets = list(declared.filter(paused=False))
-        changed = declared.filter(pk__in=[t.pk for t in targets]).pause()
-        self._log(request, "Tasks paused from the admin count=%d user=%s", "admin_pause", changed)
-        self._history(request, targets, gettext("Paused."))
-        if changed:
-            text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
-            self.message_user(request, text % {"count": changed}, messages.SUCCESS)
-        unchanged = declared.count() - len(targets)
-        self._note_unchanged(
-            request,
-            unchanged,
-            ngettext("%(count)d was already paused.", "%(count)d were already paused.", unchanged),
-        )
-        self._warn_retired(request, queryset.retired().count())
+        self._set_paused(request, queryset, paused=True)
 
     @admin.action(description=_("Resume selected tasks"), permissions=["pause"])
     def resume_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        declared = queryset.filter(declared=True)
-        targets = list(declared.filter(paused=True))
-        changed = declared.filter(pk__in=[t.pk for t in targets]).resume()
-        self._log(request, "Tasks resumed from the admin count=%d user=%s", "admin_resume", changed)
-        self._history(request, targets, gettext("Resumed."))
-        if changed:
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request: HttpRequest, queryset: TaskQuerySet, *, paused: bool) -> None:
+        """Pause or resume the selected declared tasks; say what changed and what did not."""
+        selected = list(queryset.filter(declared=True))
+        targets = [task for task in selected if task.paused != paused]
+        rows = queryset.filter(pk__in=[task.pk for task in targets])
+        changed = rows.pause() if paused else rows.resume()
+        unchanged = len(selected) - len(targets)
+        if paused:
+            self._log(
+                request, "Tasks paused from the admin count=%d user=%s", "admin_pause", changed
+            )
+            done = gettext("Paused.")
+            text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
+            same = ngettext(
+                "%(count)d was already paused.", "%(count)d were already paused.", unchanged
+            )
+        else:
+            self._log(
+                request, "Tasks resumed from the admin count=%d user=%s", "admin_resume", changed
+            )
+            done = gettext("Resumed.")
             text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
+            same = ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged)
+        self._history(request, targets, done)
+        if changed:
             self.message_user(request, text % {"count": changed}, messages.SUCCESS)
-        unchanged = declared.count() - len(targets)
-        self._note_unchanged(
-            request,
-            unchanged,
-            ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged),
-        )
+        if unchanged:
+            self.message_user(request, same % {"count": unchanged}, messages.INFO)
         self._warn_retired(request, queryset.retired().count())
 
     @admin.action(description=_("Run selected tasks now"), permissions=["run"])
@@ -234,10 +236,6 @@ class TaskStateActions(TaskAdminBase):
         """Record each change in the tasks' admin History, as the task page's buttons do."""
         for task in tasks:
             self.log_change(request, task, message)
-
-    def _note_unchanged(self, request: HttpRequest, count: int, text: str) -> None:
-        if count:
-            self.message_user(request, text % {"count": count}, messages.INFO)
 
     def _log(self, request: HttpRequest, message: str, action: str, value: object) -> None:
         """Log one state change; `message` ends with the value's and the user's fields."""
