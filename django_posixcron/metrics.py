@@ -11,11 +11,26 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, OuterRef, Subquery
+from django.db.models import (
+    BooleanField,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Subquery,
+)
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, database_now
-from django_posixcron.models import Run, RunCount, RunStatus, SchedulerProcess, Task
+from django_posixcron.models import (
+    Run,
+    RunCount,
+    RunStatus,
+    SchedulerProcess,
+    Task,
+    overdue_before,
+)
 from django_posixcron.scheduling.rules import stale_after
 
 if TYPE_CHECKING:
@@ -32,8 +47,9 @@ def _latest(runs: Any, field: str) -> Subquery:
     return Subquery(runs.order_by("-scheduled_for", "-pk").values(field)[:1])
 
 
-def task_rows(using: str) -> list[dict[str, Any]]:
-    """Return each declared task's state and its latest runs' figures, in one query."""
+def task_rows(using: str, overdue_at: dt.datetime) -> list[dict[str, Any]]:
+    """Return each declared task's state and its latest runs' figures, in one query;
+    `overdue` says whether it should have fired before `overdue_at`."""
     lag = ExpressionWrapper(F("started_at") - F("scheduled_for"), output_field=DurationField())
     ran = Run.objects.filter(task=OuterRef("pk")).exclude(status=RunStatus.SKIPPED)
     query: Any = (
@@ -42,13 +58,14 @@ def task_rows(using: str) -> list[dict[str, Any]]:
         .annotate(
             last_duration=_latest(ran.filter(duration__isnull=False), "duration"),
             fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
+            overdue=ExpressionWrapper(overdue_before(overdue_at), output_field=BooleanField()),
         )
         .order_by("name")
         .values(
             "name",
             "paused",
             "due_at",
-            "updated_at",
+            "overdue",
             "last_duration",
             "fire_lag",
             "last_success_at",
@@ -111,7 +128,7 @@ class DatabaseCollector:
             .annotate(n=Count("pk"))
             .values_list("task__name", "n")
         )
-        for row in task_rows(using):
+        for row in task_rows(using, now - slack):
             name = row["name"]
             values = {
                 "last_run_duration_seconds": _seconds(row["last_duration"]),
@@ -119,12 +136,7 @@ class DatabaseCollector:
                 "last_success_timestamp_seconds": _timestamp(row["last_success_at"]),
                 "next_run_timestamp_seconds": None if row["paused"] else _timestamp(row["due_at"]),
                 "task_paused": float(row["paused"]),
-                # Task.objects.overdue()'s rule: due, and active, for more than the slack.
-                "task_overdue": float(
-                    not row["paused"]
-                    and row["due_at"] is not None
-                    and max(row["due_at"], row["updated_at"]) < now - slack
-                ),
+                "task_overdue": float(bool(row["overdue"])),
                 "runs_queued": float(queued.get(name, 0)),
             }
             for series, value in values.items():

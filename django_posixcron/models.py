@@ -66,6 +66,17 @@ def due_at(
     return earliest(next_run_at, retry_at, run_requested_at)
 
 
+def overdue_before(before: dt.datetime) -> Q:
+    """Active tasks that should have fired before `before`.
+
+    "A due task not claimed within POLL_INTERVAL": counted from its due time, or from when it
+    was created, changed or resumed (``updated_at``) if that came later. A task resumed long
+    after its due time, or created in a minute its schedule matches, has had no chance to be
+    claimed yet. One rule for the queryset, the alerts and the metrics' per-row flag.
+    """
+    return Q(declared=True, paused=False, due_at__lt=before, updated_at__lt=before)
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     def active(self) -> TaskQuerySet:
         """Declared in settings and not paused: the tasks that may fire."""
@@ -95,15 +106,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def overdue(
         self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
     ) -> TaskQuerySet:
-        """Active tasks that should have fired more than `slack` ago.
-
-        "A due task not claimed within POLL_INTERVAL": counted from its due time, or from
-        when it was created, changed or resumed (``updated_at``) if that came later. A task
-        resumed long after its due time, or created in a minute its schedule matches, has
-        had no chance to be claimed yet, and is not overdue for a poll interval more.
-        """
-        before = (dj_timezone.now() if now is None else now) - slack
-        return self.active().filter(due_at__lt=before, updated_at__lt=before)
+        """Active tasks that should have fired more than `slack` ago (overdue_before())."""
+        return self.filter(overdue_before((dj_timezone.now() if now is None else now) - slack))
 
     # State changes asked for by operators (the admin's buttons and actions alike). Each is
     # one UPDATE of its own fields only: "Writes touch only their own fields, so a concurrent
