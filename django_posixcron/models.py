@@ -77,6 +77,12 @@ def overdue_before(before: dt.datetime) -> Q:
     return Q(declared=True, paused=False, due_at__lt=before, updated_at__lt=before)
 
 
+def _at_most(now: dt.datetime, field: str) -> models.Case:
+    """The column `field` pulled forward to `now` if it is later or unset, else as it is."""
+    later_or_unset = Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__gt": now})
+    return models.Case(models.When(later_or_unset, then=models.Value(now)), default=models.F(field))
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     def active(self) -> TaskQuerySet:
         """Declared in settings and not paused: the tasks that may fire."""
@@ -138,17 +144,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         # the cursor is not overwritten with a stale due_at. A request still pending keeps
         # its instant: asking twice before a scheduler picks it up asks for one run.
         return self.update(
-            run_requested_at=models.Case(
-                models.When(
-                    Q(run_requested_at__isnull=True) | Q(run_requested_at__gt=now),
-                    then=models.Value(now),
-                ),
-                default=models.F("run_requested_at"),
-            ),
-            due_at=models.Case(
-                models.When(Q(due_at__isnull=True) | Q(due_at__gt=now), then=models.Value(now)),
-                default=models.F("due_at"),
-            ),
+            run_requested_at=_at_most(now, "run_requested_at"), due_at=_at_most(now, "due_at")
         )
 
 
