@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any, Self
 
 from django.db import models, router
 from django.db.models import Q
@@ -210,6 +211,9 @@ class Task(models.Model):
 
     objects = TaskQuerySet.as_manager()
 
+    # (field names, values) as last loaded, saved or refreshed; None before either.
+    _loaded: tuple[Any, Any] | None = None
+
     class Meta:
         verbose_name = _("task")
         verbose_name_plural = _("tasks")
@@ -227,6 +231,74 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    # -- save() writes what the caller changed ------------------------------------------------
+    #
+    # The scheduler writes a task's runtime state (cursor, retry, last run, alerts) from other
+    # processes, with conditional UPDATEs of its own fields only. A plain save() of an instance
+    # loaded before would write every field back: `task.paused = True; task.save()` in a shell
+    # or a view, a second after a failure, would clear the retry it recorded ("every failure is
+    # retried") and move the cursor back to an occurrence that already fired. So a save() of a
+    # loaded task writes only the fields that differ from what was loaded (or last saved or
+    # refreshed), as `update_fields`; an explicit `update_fields` is obeyed as given.
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if (
+            self._loaded is not None
+            and not args
+            and kwargs.get("update_fields") is None
+            and not kwargs.get("force_insert")
+            and not self._state.adding
+            and kwargs.get("using") in (None, self._state.db)
+        ):
+            changed = self.changed_fields()
+            if {"next_run_at", "retry_at", "run_requested_at"} & set(changed):
+                # "due_at = min(next_run_at, retry_at)": the claim reads only due_at.
+                self.due_at = self.compute_due_at()
+                changed.append("due_at")
+            if "paused" in changed:
+                # As pause() and resume(): the overdue clock counts from a resume.
+                self.updated_at = dj_timezone.now()
+                changed.append("updated_at")
+                if not self.paused and "paused_reason" not in changed:
+                    self.paused_reason = ""
+                    changed.append("paused_reason")
+            # Nothing changed: Django skips a save with empty update_fields, signals included.
+            kwargs["update_fields"] = list(dict.fromkeys(changed))
+        super().save(*args, **kwargs)
+        self._snapshot(f.attname for f in self._meta.concrete_fields)
+
+    @classmethod
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> Self:
+        instance = super().from_db(db, field_names, values, **kwargs)
+        # Kept as given (the claim's read builds thousands a second); compared in save().
+        instance._loaded = (field_names, values)
+        return instance
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
+        attnames = {f.name: f.attname for f in self._meta.concrete_fields}
+        self._snapshot(attnames.values() if fields is None else (attnames[n] for n in fields))
+
+    def changed_fields(self) -> list[str]:
+        """Return the fields whose value differs from the one loaded, saved or refreshed."""
+        if self._loaded is None:
+            return []
+        values = self.__dict__
+        return [
+            name
+            for name, value in zip(*self._loaded, strict=True)
+            if name != "id" and name in values and values[name] != value
+        ]
+
+    def _snapshot(self, names: Iterable[str]) -> None:
+        """Take the current values of `names` as the ones the database holds."""
+        loaded = dict(zip(*self._loaded, strict=True)) if self._loaded is not None else {}
+        loaded.update({name: self.__dict__[name] for name in names if name in self.__dict__})
+        self._loaded = (list(loaded), list(loaded.values()))
 
     @property
     def expression(self) -> CronExpression:

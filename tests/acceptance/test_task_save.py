@@ -1,0 +1,126 @@
+"""A user's own `task.save()` writes what they changed, never the scheduler's state back.
+
+Users reach for the ORM: ``task = Task.objects.get(name=...); task.paused = True;
+task.save()`` in a shell, a view or a data migration. The scheduler meanwhile records runs,
+retries and cursors on the same row from other processes. A save() of an instance loaded
+before those writes must not undo them: a cleared retry is a failure never retried, and a
+cursor moved back is an occurrence offered again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models.signals import post_save
+from django.utils import timezone
+
+from django_posixcron.models import Task
+from tests.harness.world import HOUR, MINUTE, T0, runs, task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAILING = {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.fail", "retry_delay": 300}
+
+
+def test_pausing_a_stale_instance_keeps_the_retry_and_the_cursor(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    stale = task("flaky")  # loaded before the run: no retry, cursor at T0
+    world.tick(T0)  # fails: a retry 5 minutes later, the cursor at T0 + 1 h
+
+    stale.paused = True
+    saved_at = timezone.now()
+    stale.save()
+
+    row = task("flaky")
+    assert row.paused is True
+    assert row.retry_at is not None
+    assert T0 + 5 * MINUTE <= row.retry_at < T0 + 6 * MINUTE  # failure time + retry_delay
+    assert row.next_run_at == T0 + HOUR
+    assert row.due_at == row.retry_at
+    assert row.last_run_status == "failed"
+    assert row.consecutive_failures == 1
+    assert row.updated_at >= saved_at  # the overdue clock restarts, as with pause()
+
+    # Resumed through save() too: the retry the failure earned still fires.
+    stale.paused = False
+    stale.save()
+    world.tick(T0 + 6 * MINUTE)
+    assert [(trigger, status) for trigger, status, _ in runs("flaky")] == [
+        ("cron", "failed"),
+        ("retry", "failed"),
+    ]
+
+
+def test_a_resume_through_save_clears_why_the_task_was_paused(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    Task.objects.filter(name="flaky").update(paused=True, paused_reason="3 failures in a row")
+    row = task("flaky")
+    row.paused = False
+    row.save()
+    assert task("flaky").paused_reason == ""
+
+
+def test_moving_the_cursor_through_save_moves_due_at_with_it(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    row = task("flaky")
+    row.next_run_at = T0 + 3 * HOUR
+    row.save()
+    stored = task("flaky")
+    assert (stored.next_run_at, stored.due_at) == (T0 + 3 * HOUR, T0 + 3 * HOUR)
+    world.tick(T0)
+    assert runs("flaky") == []
+
+
+def test_a_save_that_changes_nothing_writes_nothing(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    row = task("flaky")
+    Task.objects.filter(name="flaky").update(description="changed elsewhere")
+    saved = []
+
+    def receiver(sender, **kwargs):
+        saved.append(kwargs["instance"])
+
+    post_save.connect(receiver, sender=Task)
+    try:
+        row.save()
+    finally:
+        post_save.disconnect(receiver, sender=Task)
+    assert task("flaky").description == "changed elsewhere"
+    assert saved == []
+
+
+def test_explicit_update_fields_are_obeyed_and_refresh_takes_a_new_baseline(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    row = task("flaky")
+    Task.objects.filter(name="flaky").update(description="changed elsewhere")
+    # Asked for by name, an unchanged field is written.
+    row.save(update_fields=["description"])
+    assert task("flaky").description == ""
+
+    Task.objects.filter(name="flaky").update(description="again")
+    row.refresh_from_db()
+    row.paused = True
+    row.save()
+    assert task("flaky").description == "again"
+    assert task("flaky").paused is True
+
+
+def test_a_changed_field_of_a_partly_loaded_task_is_written(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    row = Task.objects.only("name", "paused").get(name="flaky")
+    row.paused = True
+    row.save()
+    stored = task("flaky")
+    assert stored.paused is True
+    assert stored.next_run_at == T0  # untouched
+    # A field loaded later, on access, counts from the value it was loaded with.
+    row = Task.objects.only("name").get(name="flaky")
+    assert row.description == ""
+    row.description = "now described"
+    row.save()
+    assert task("flaky").description == "now described"
