@@ -276,6 +276,10 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
             "failing_signalled",
             "paused",
             "last_success_at",
+            # Kept as they are by an older occurrence's late success (rules.outdated_success).
+            "last_run_status",
+            "last_run_finished_at",
+            "due_at",
         )
     }
 
@@ -308,6 +312,20 @@ def _record_task_outcomes(
         row = rows.get(o.run.task_id)
         if row is None:
             continue
+        if o.status == RunStatus.SUCCEEDED and (
+            row["last_success_at"] is None or o.finished_at > row["last_success_at"]
+        ):
+            row["last_success_at"] = o.finished_at
+        if rules.outdated_success(
+            o.status,
+            o.run.occurrence or o.run.scheduled_for,
+            row["consecutive_failures"],
+            row["retry_occurrence"],
+        ):
+            # An older occurrence's late success: the newer failure's retry, streak and
+            # last run stand; only the last success moves.
+            touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
+            continue
         retry_at = rules.retry_after_outcome(
             o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
         )
@@ -319,10 +337,6 @@ def _record_task_outcomes(
         alert = _apply_streak(o, row, using, signals=signals)
         if alert is not None:
             failing[row["pk"]] = alert
-        if o.status == RunStatus.SUCCEEDED and (
-            row["last_success_at"] is None or o.finished_at > row["last_success_at"]
-        ):
-            row["last_success_at"] = o.finished_at
         due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
         row["last_run_status"], row["last_run_finished_at"], row["due_at"] = (
             o.status,

@@ -152,6 +152,29 @@ def retry_after_outcome(
     return retry_at
 
 
+def outdated_success(
+    status: str,
+    occurrence: dt.datetime | None,
+    failures: int,
+    failed_occurrence: dt.datetime | None,
+) -> bool:
+    """Return whether a success serves an older occurrence than the task's latest failure.
+
+    With overlap "allow", the 10:00 run can still be going when the 11:00 one fails; its
+    success, recorded later, says nothing about 11:00. It must neither clear the retry the
+    11:00 failure set up ("every failure is visible and retried") nor end the failure streak,
+    nor stand as the task's last run over the newer one's outcome. `failed_occurrence` is the
+    occurrence the latest failure's retry retries (the task's retry_occurrence).
+    """
+    return (
+        status == RunStatus.SUCCEEDED
+        and failures > 0
+        and occurrence is not None
+        and failed_occurrence is not None
+        and occurrence < failed_occurrence
+    )
+
+
 def accepts_outcome(current_status: str, status: str) -> bool:
     """Return whether an outcome `status` may still be written over a run in `current_status`.
 
