@@ -333,7 +333,23 @@ def _update(
         # previous life: it must not fire the moment the task comes back.
         task.retry_at = None
         task.run_requested_at = None
-        fields += ["declared", "retry_at", "run_requested_at"]
+        # So do its failures in a row: the first failures of the new life open an episode
+        # of their own (task_failing, pause_after_failures), and the overdue alert rearms.
+        task.retry_occurrence = None
+        task.retry_attempt = 0
+        task.consecutive_failures = 0
+        task.failing_signalled = False
+        task.overdue_signalled_for = None
+        fields += [
+            "declared",
+            "retry_at",
+            "run_requested_at",
+            "retry_occurrence",
+            "retry_attempt",
+            "consecutive_failures",
+            "failing_signalled",
+            "overdue_signalled_for",
+        ]
         details.insert(0, "declared again")
     if recursor:
         task.next_run_at = first_cursor(declaration.schedule, declaration.timezone, now)

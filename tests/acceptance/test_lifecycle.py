@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_posixcron.models import Run, Task
+from django_posixcron.signals import task_failing
 from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,3 +196,33 @@ def test_runscheduler_check_reports_drift_and_changes_nothing(world, capsys):
     with pytest.raises(CommandError):
         call_command("runscheduler", "--check")
     assert task("job").declared is True
+
+
+def test_a_restored_task_starts_a_new_failure_episode(world):
+    failing = {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.fail", "retry_delay": 60}
+    keep = {"keep": record("keep", "0 3 * * *")}
+    sent = []
+
+    def on_failing(sender, task, failures, paused, **kwargs):
+        sent.append((task.name, failures, paused))
+
+    task_failing.connect(on_failing)
+    try:
+        world.settings({"flaky": failing, **keep}, FAILING_AFTER=2)
+        world.start(T0 - MINUTE)
+        world.tick(T0)
+        world.tick(task("flaky").due_at)  # the retry fails: the second in a row
+        assert sent == [("flaky", 2, False)]
+
+        world.settings(keep, FAILING_AFTER=2)
+        world.start(T0 + 10 * MINUTE)  # retired
+        world.settings({"flaky": failing, **keep}, FAILING_AFTER=2)
+        world.start(T0 + 5 * 24 * HOUR - MINUTE)  # restored five days later
+        restored = task("flaky")
+        assert (restored.consecutive_failures, restored.failing_signalled) == (0, False)
+        world.tick(restored.due_at)
+        assert task("flaky").consecutive_failures == 1
+        world.tick(task("flaky").due_at)
+        assert sent == [("flaky", 2, False), ("flaky", 2, False)]
+    finally:
+        task_failing.disconnect(on_failing)
