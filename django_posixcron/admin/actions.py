@@ -28,7 +28,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import runs_of_history
-from django_posixcron.models import Run, RunQuerySet, Task, TaskQuerySet
+from django_posixcron.models import Overlap, Run, RunQuerySet, Task, TaskQuerySet
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[Task]
@@ -139,6 +139,18 @@ class TaskStateActions(TaskAdminBase):
                     % {"task": task.name},
                     messages.WARNING,
                 )
+            elif task.is_running and task.overlap == Overlap.SKIP:
+                # The overlap rule applies to a requested run as to any other.
+                self.message_user(
+                    request,
+                    gettext(
+                        'A run of %(task)s is still going and its overlap is "skip": the '
+                        "requested run is recorded as skipped if that run has not ended when a "
+                        "scheduler picks the request up."
+                    )
+                    % {"task": task.name},
+                    messages.WARNING,
+                )
             return gettext("Requested a run.")
 
         return self._state_view(request, object_id, self.has_run_permission, change)
@@ -211,6 +223,7 @@ class TaskStateActions(TaskAdminBase):
         targets = list(declared)
         names = [t.name for t in targets]
         paused = sum(t.paused for t in targets)
+        running = sum(not t.paused and t.is_running and t.overlap == Overlap.SKIP for t in targets)
         requested = declared.request_run()
         for name in names:
             self._log(
@@ -228,6 +241,20 @@ class TaskStateActions(TaskAdminBase):
             messages.SUCCESS,
         )
         self._warn_paused(request, paused)
+        if running:
+            self.message_user(
+                request,
+                ngettext(
+                    '%(count)d of them has a run still going and overlap "skip": its '
+                    "requested run is recorded as skipped if that run has not ended by then.",
+                    '%(count)d of them have a run still going and overlap "skip": their '
+                    "requested runs are recorded as skipped if those runs have not ended by "
+                    "then.",
+                    running,
+                )
+                % {"count": running},
+                messages.WARNING,
+            )
         self._warn_retired(request, queryset.retired().count())
 
     # Messages -----------------------------------------------------------------------------

@@ -301,6 +301,24 @@ def test_run_now_on_a_paused_task_warns(operator):
     assert task.run_requested_at is not None
 
 
+def test_run_now_while_a_run_is_going_warns_that_overlap_skip_applies(operator):
+    going = make_task(name="going", last_run_started_at=timezone.now())
+    allowed = make_task(name="allowed", overlap="allow", last_run_started_at=timezone.now())
+    done = make_task(name="done", last_run_finished_at=timezone.now())
+    client = client_for(operator)
+    text = client.post(action_url(going, "run"), follow=True).content.decode()
+    assert "A run of going is still going and its overlap is &quot;skip&quot;" in text
+    for task in (allowed, done):
+        text = client.post(action_url(task, "run"), follow=True).content.decode()
+        assert "still going" not in text
+        assert "a scheduler starts it at its next tick" in text
+
+    Task.objects.update(run_requested_at=None)
+    text = _act(client, "run_selected", going, allowed, done).content.decode()
+    assert "Requested a run of 3 tasks" in text
+    assert "1 of them has a run still going and overlap &quot;skip&quot;" in text
+
+
 def test_state_views_leave_retired_tasks_alone(operator):
     task = make_task(declared=False)
     client = client_for(operator)
