@@ -154,10 +154,15 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
     except (SystemExit, KeyboardInterrupt) as exc:
         # The worker is being stopped (its signal handler raises these in the task's thread),
-        # or the task asked the process to exit: recorded interrupted (the retry rule
-        # applies), then raised again, so the worker's own shutdown goes on.
-        status, stopping = RunStatus.INTERRUPTED, exc
-        error = cap(f"Interrupted on worker {run.worker}: {describe_exception(exc)}")
+        # or the task asked the process to exit. "A worker's shutdown is the backend's
+        # business, and a run cut off by it ends lost and is retried": recorded lost (the
+        # retry rule applies, run_lost is sent), then raised again, so the worker's own
+        # shutdown goes on.
+        status, stopping = RunStatus.LOST, exc
+        error = cap(
+            f"Lost: worker {run.worker} was stopped while this run was running "
+            f"({describe_exception(exc)}); it did not finish."
+        )
         tb = cap(traceback.format_exc(), keep_tail=True)
     except BaseException as exc:
         status, error = RunStatus.FAILED, cap(describe_exception(exc))

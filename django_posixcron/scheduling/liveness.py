@@ -182,13 +182,17 @@ def mark_lost(
     """
     heartbeat_before = now - stale_after
     silence = f"nothing heard for more than {stale_after.total_seconds():.0f} s"
+    presumed = Run.objects.using(using).presumed_lost(process, heartbeat_before, now)
     outcomes = [
         Outcome(run, RunStatus.LOST, now, _why_lost(run, silence))
-        for run in Run.objects.using(using)
-        .presumed_lost(process, heartbeat_before, now)
-        .select_related("task")
+        for run in presumed.select_related("task")
     ]
-    return [o.run for o in write_outcomes(outcomes, using, notifier)] if outcomes else []
+    if not outcomes:
+        return []
+    # Judged again once the runs are locked: a worker that started a queued run, or beat
+    # for it, between this read and the lock keeps it ("a run whose process is alive is
+    # never marked lost").
+    return [o.run for o in write_outcomes(outcomes, using, notifier, confirm=presumed)]
 
 
 def _why_lost(run: Run, silence: str) -> str:

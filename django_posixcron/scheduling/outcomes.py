@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from django.db import close_old_connections, connections, transaction
+from django.db.models import QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
@@ -171,12 +172,18 @@ def log_finished(run: Run) -> None:
 
 
 def write_outcomes(
-    outcomes: list[Outcome], using: str, notifier: Notifier | None = None
+    outcomes: list[Outcome],
+    using: str,
+    notifier: Notifier | None = None,
+    *,
+    confirm: QuerySet[Run] | None = None,
 ) -> list[Outcome]:
     """Record final statuses once; the retry rule applies; return those recorded.
 
     "Writes touch only their own fields, so a concurrent pause from the admin is never
     lost": the run's outcome fields, and the task's last_run_*, retry_at and due_at.
+    `confirm`: the runs the outcomes were judged from (lost ones); once locked, a run no
+    longer in it keeps its status.
     """
     by_pk = {o.run.pk: o for o in outcomes}
     with transaction.atomic(using=using):
@@ -194,6 +201,10 @@ def write_outcomes(
             .order_by("pk")
             .values_list("pk", "status")
         )
+        if confirm is not None:
+            # The rows are locked: what still matches the verdict cannot change under it.
+            still = set(confirm.filter(pk__in=list(current)).values_list("pk", flat=True))
+            current = {pk: status for pk, status in current.items() if pk in still}
         recorded = [
             o for o in outcomes if rules.accepts_outcome(current.get(o.run.pk, ""), o.status)
         ]
@@ -218,7 +229,9 @@ def write_outcomes(
             ],
             using,
         )
-        failing = _record_task_outcomes(recorded, task_rows, using, signals=notifier is not None)
+        failing = _record_task_outcomes(
+            recorded, current, task_rows, using, signals=notifier is not None
+        )
         count_runs((o.run for o in recorded), using)
     _announce(recorded, current, notifier)
     for task, failures, paused in failing:
@@ -276,8 +289,10 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
             "failing_signalled",
             "paused",
             "last_success_at",
-            # Kept as they are by an older occurrence's late success (rules.outdated_success).
+            # Kept as they are by an older occurrence's late success (rules.outdated_success)
+            # or by the real outcome of a run marked lost (rules.is_latest_run).
             "last_run_status",
+            "last_run_started_at",
             "last_run_finished_at",
             "due_at",
         )
@@ -299,12 +314,18 @@ TASK_OUTCOME_FIELDS = [
 
 
 def _record_task_outcomes(
-    outcomes: list[Outcome], rows: dict[int, dict[str, Any]], using: str, *, signals: bool
+    outcomes: list[Outcome],
+    previous: dict[int, str],
+    rows: dict[int, dict[str, Any]],
+    using: str,
+    *,
+    signals: bool,
 ) -> list[tuple[Task, int, bool]]:
     """Apply finished runs to their tasks: last_run_*, the retry rule, the failure streak.
 
-    Return the (task, failures, paused) to send task_failing for: the task rows are locked
-    by this transaction, so only this process sees the streak cross its threshold.
+    `previous`: each run's status before this outcome. Return the (task, failures, paused)
+    to send task_failing for: the task rows are locked by this transaction, so only this
+    process sees the streak cross its threshold.
     """
     touched: dict[int, tuple[Any, ...]] = {}
     failing: dict[int, tuple[Task, int, bool]] = {}
@@ -316,11 +337,29 @@ def _record_task_outcomes(
             row["last_success_at"] is None or o.finished_at > row["last_success_at"]
         ):
             row["last_success_at"] = o.finished_at
+        occurrence = o.run.occurrence or o.run.scheduled_for
+        if previous[o.run.pk] == RunStatus.LOST:
+            # The verdict "lost" already applied the retry rule and counted the failure.
+            if rules.late_success_cancels_retry(
+                o.status,
+                occurrence,
+                o.run.attempt,
+                row["retry_at"],
+                row["retry_occurrence"],
+                row["retry_attempt"],
+            ):
+                # Its retry has not fired yet: the occurrence succeeded after all.
+                row["retry_at"] = None
+                row["due_at"] = due_at(row["next_run_at"], None, row["run_requested_at"])
+            if rules.is_latest_run(o.run.started_at, row["last_run_started_at"]):
+                # No run started since: the task's last run is this one, as it really ended.
+                row["last_run_status"], row["last_run_finished_at"] = o.status, o.finished_at
+                if o.status == RunStatus.SUCCEEDED:
+                    row["consecutive_failures"], row["failing_signalled"] = 0, False
+            touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
+            continue
         if rules.outdated_success(
-            o.status,
-            o.run.occurrence or o.run.scheduled_for,
-            row["consecutive_failures"],
-            row["retry_occurrence"],
+            o.status, occurrence, row["consecutive_failures"], row["retry_occurrence"]
         ):
             # An older occurrence's late success: the newer failure's retry, streak and
             # last run stand; only the last success moves.

@@ -175,6 +175,40 @@ def outdated_success(
     )
 
 
+def late_success_cancels_retry(
+    status: str,
+    occurrence: dt.datetime | None,
+    attempt: int,
+    retry_at: dt.datetime | None,
+    retry_occurrence: dt.datetime | None,
+    retry_attempt: int,
+) -> bool:
+    """Return whether a run's real outcome, arriving after it was marked lost, cancels the
+    retry that verdict set up.
+
+    Marking it lost applied the retry rule and counted a failure; its real outcome is
+    recorded on the run ("the status becomes the real outcome") but adds no second retry
+    and no second failure. A success cancels the retry the verdict set up while that retry
+    has not fired: it would run the occurrence again. Once the retry fired, the task's state
+    belongs to that attempt (is_latest_run() is then False).
+    """
+    return (
+        status == RunStatus.SUCCEEDED
+        and retry_at is not None
+        and occurrence is not None
+        and retry_occurrence == occurrence
+        and retry_attempt == attempt
+    )
+
+
+def is_latest_run(started_at: dt.datetime | None, last_run_started_at: dt.datetime | None) -> bool:
+    """Return whether no run of the task started after this one (the claim sets the task's
+    last_run_started_at to its newest run's start; a worker starts a handed-off run later)."""
+    return started_at is not None and (
+        last_run_started_at is None or started_at >= last_run_started_at
+    )
+
+
 def accepts_outcome(current_status: str, status: str) -> bool:
     """Return whether an outcome `status` may still be written over a run in `current_status`.
 

@@ -9,12 +9,16 @@ processes are in test_workers.py.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from django.db import connection
 from django_tasks_db.models import DBTaskResult
 
 from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduling import liveness
+from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
+from django_posixcron.signals import run_lost
 from django_posixcron.tasks import execute_run
 from tests.harness.world import MINUTE, T0, hits, record
 from tests.testapp.models import Hit
@@ -185,6 +189,115 @@ def test_a_run_whose_worker_went_silent_is_lost_and_its_late_outcome_still_recor
     assert [r.pk for r in result.lost] == [run.pk]
     assert run.status == RunStatus.LOST
     assert "worker-host:4242" in run.error
+
+
+def test_a_worker_that_starts_the_run_as_it_is_judged_lost_keeps_it(world, monkeypatch):
+    # The verdict reads the queued runs past their deadline, then locks them to write it:
+    # a worker that flips the run to running in between (its message came late) keeps it.
+    world.settings({"export": handed_off("export", start_deadline=30, retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+    judged_at = T0 + dt.timedelta(seconds=31)
+    write = liveness.write_outcomes
+
+    def worker_starts_first(*args: Any, **kwargs: Any) -> Any:
+        Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING,
+            started_at=judged_at,
+            heartbeat_at=judged_at,
+            worker="worker-host:4242",
+        )
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(liveness, "write_outcomes", worker_starts_first)
+    result = world.tick(judged_at)
+
+    assert result.lost == []
+    run.refresh_from_db()
+    assert (run.status, run.error, run.finished_at) == (RunStatus.RUNNING, "", None)
+    assert Task.objects.get(name="export").retry_at is None
+
+
+def mark_lost_while_running(name: str) -> tuple[Run, Task]:
+    """Let a worker take the only run, fall silent, and the scheduler mark the run lost."""
+    run = only_run(name)
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING,
+        started_at=T0 + dt.timedelta(seconds=1),
+        heartbeat_at=T0 + dt.timedelta(seconds=1),
+        worker="worker-host:4242",
+    )
+    return run, Task.objects.get(name=name)
+
+
+def late(run: Run, status: str, seconds: int) -> None:
+    """The silent worker comes back and records the run's real outcome."""
+    run = Run.objects.select_related("task").get(pk=run.pk)
+    finished = T0 + dt.timedelta(seconds=seconds)
+    assert write_outcomes([Outcome(run, status, finished, "late")], "default", Notifier())
+
+
+def test_a_lost_runs_late_failure_is_recorded_but_arms_no_second_retry(world):
+    world.settings({"export": handed_off("export", retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run, _ = mark_lost_while_running("export")
+    world.tick(T0 + dt.timedelta(seconds=32))
+    lost = Task.objects.get(name="export")
+    assert (lost.retry_at, lost.consecutive_failures) == (
+        T0 + dt.timedelta(seconds=92),
+        1,
+    )
+
+    late(run, RunStatus.FAILED, 40)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED  # "the status becomes the real outcome"
+    task = Task.objects.get(name="export")
+    assert (task.retry_at, task.retry_attempt, task.consecutive_failures) == (
+        lost.retry_at,
+        1,
+        1,
+    )
+
+
+def test_a_lost_runs_late_success_cancels_the_retry_it_has_not_used_yet(world):
+    world.settings({"export": handed_off("export", retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run, _ = mark_lost_while_running("export")
+    world.tick(T0 + dt.timedelta(seconds=32))
+
+    late(run, RunStatus.SUCCEEDED, 40)
+
+    task = Task.objects.get(name="export")
+    assert (task.retry_at, task.consecutive_failures, task.last_run_status) == (
+        None,
+        0,
+        "succeeded",
+    )
+    assert task.due_at == task.next_run_at == T0 + dt.timedelta(hours=1)
+    world.tick(T0 + dt.timedelta(seconds=95))
+    assert Run.objects.count() == 1  # the occurrence is not run again
+
+
+def test_a_lost_runs_late_success_after_its_retry_fired_leaves_the_task_to_that_retry(world):
+    world.settings({"export": handed_off("export", retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run, _ = mark_lost_while_running("export")
+    world.tick(T0 + dt.timedelta(seconds=32))
+    world.tick(T0 + dt.timedelta(seconds=93))  # the retry is queued
+    retry = Run.objects.get(trigger="retry")
+    assert (retry.status, retry.attempt) == (RunStatus.QUEUED, 2)
+
+    late(run, RunStatus.SUCCEEDED, 100)
+
+    task = Task.objects.get(name="export")
+    assert task.last_run_status == RunStatus.LOST
+    assert task.consecutive_failures == 1
+    assert task.last_success_at == T0 + dt.timedelta(seconds=100)
 
 
 def test_overlap_skip_counts_a_queued_run_as_running(world):
@@ -360,7 +473,7 @@ def test_with_every_slot_busy_and_only_local_tasks_due_the_loop_sleeps(world, ga
     assert result.wake_in == pytest.approx(1.0)
 
 
-def test_a_worker_being_stopped_mid_run_records_it_interrupted_and_goes_on_stopping(world):
+def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(world):
     world.settings(
         {
             "stopped": {
@@ -375,12 +488,23 @@ def test_a_worker_being_stopped_mid_run_records_it_interrupted_and_goes_on_stopp
     world.start(T0 - MINUTE)
     world.tick(T0)
 
-    with pytest.raises(SystemExit):
-        deliver(only_run("stopped"))
+    lost = []
 
+    def on_lost(sender: object, run: Run, **kwargs: object) -> None:
+        lost.append(run.pk)
+
+    run_lost.connect(on_lost)
+    try:
+        with pytest.raises(SystemExit):
+            deliver(only_run("stopped"))
+    finally:
+        run_lost.disconnect(on_lost)
+
+    # "A run cut off by it ends lost and is retried."
     run = only_run("stopped")
-    assert run.status == RunStatus.INTERRUPTED
-    assert "SystemExit: 2" in run.error
+    assert run.status == RunStatus.LOST
+    assert "was stopped while this run was running (SystemExit: 2)" in run.error
+    assert lost == [run.pk]
     assert Task.objects.get(name="stopped").retry_at is not None
 
 
