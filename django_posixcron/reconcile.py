@@ -323,6 +323,9 @@ def _update(
         for field in changed
         if field != "definition_hash"
     ]
+    if changed and not details:
+        # Only the hash differs: what changed is declared but has no column of its own.
+        details.append(_unstored_now(declaration))
     task = row if in_place else copy.copy(row)
     fields = [*changed, "updated_at"]
     for field in changed:
@@ -362,6 +365,22 @@ def _update(
         task,
         fields=tuple(fields),
         details=tuple(details),
+    )
+
+
+def _unstored_now(declaration: TaskDeclaration) -> str:
+    """Describe the declared keys the hash covers and no column stores (the hand-off, the
+    run context), for a change line that would otherwise name nothing."""
+    if declaration.enqueue is None:
+        handoff = "enqueue off"
+    else:
+        handoff = (
+            f"enqueue {declaration.enqueue.as_dict()!r}, "
+            f"start_deadline {declaration.start_deadline.total_seconds():g} s"
+        )
+    return (
+        f"enqueue, start_deadline or takes_context changed (now {handoff}, "
+        f"takes_context {declaration.takes_context!r})"
     )
 
 

@@ -258,7 +258,10 @@ class Claimer:
         if claimed.skipped:
             run.finished_at = now
             run.duration = dt.timedelta(0)
-            run.error = "Skipped: the previous run of this task is still running (overlap=skip)."
+            run.error = (
+                "Skipped: the previous run of this task is still queued or running "
+                "(overlap=skip)."
+            )
         return claimed.changes, run
 
     def write_locked(self, planned: list[Planned]) -> list[tuple[Run, TaskDeclaration]]:

@@ -54,6 +54,23 @@ def test_list_shows_schedule_description_zone_state_last_and_next_run(superuser)
     assert "in 3\xa0minutes" in html
 
 
+def test_list_shows_a_handed_off_run_waiting_for_a_worker_as_queued(superuser):
+    waiting = make_task(name="waiting")
+    make_run(waiting, status=RunStatus.QUEUED, backend="default")
+    working = make_task(name="working")
+    make_run(working, status=RunStatus.RUNNING)
+    html = client_for(superuser).get(LIST).content.decode()
+
+    def last_run_cell(name: str) -> str:
+        row = html[html.index(f">{name}<") :]
+        cell = row[row.index('field-last_run_display">') :]
+        return cell[: cell.index("</td>")]
+
+    assert ">queued<" in last_run_cell("waiting")
+    assert ">running<" not in last_run_cell("waiting")
+    assert ">running<" in last_run_cell("working")
+
+
 def test_header_counts_live_processes_failing_and_overdue(superuser):
     now = timezone.now()
     SchedulerProcess.objects.create(hostname="sched-a", pid=11, last_heartbeat_at=now)

@@ -101,6 +101,24 @@ def test_other_change_keeps_cursor():
     assert change.task.definition_hash == new["a"].definition_hash
 
 
+def test_a_change_of_keys_without_a_column_is_named_in_its_line():
+    # enqueue, start_deadline and takes_context are in the definition hash but have no
+    # column: the change line must still say what changed, not end in an empty list.
+    rows = rows_after(declare(a=task()))
+    handed_off = declare(a=task(enqueue={"queue_name": "cron"}, start_deadline=40))
+    [change] = plan(handed_off, rows, NOW).update
+    assert change.line == (
+        "changed task 'a': enqueue, start_deadline or takes_context changed (now enqueue "
+        "{'backend': 'default', 'queue_name': 'cron', 'priority': 0}, start_deadline 40 s, "
+        "takes_context False)"
+    )
+    assert change.fields == ("definition_hash", "updated_at")
+
+    rows = rows_after(handed_off)
+    [change] = plan(declare(a=task()), rows, NOW).update
+    assert change.line.endswith("(now enqueue off, takes_context False)")
+
+
 def test_paused_is_never_touched():
     rows = rows_after(declare(a=task("15 3 * * *")))
     rows[0].paused = True

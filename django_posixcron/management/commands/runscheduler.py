@@ -203,8 +203,9 @@ class Command(BaseCommand):
             result = scheduler.run_once()
         except (OperationalError, InterfaceError) as exc:
             raise CommandError(f"The database became unavailable: {exc}".strip()) from None
+        queued = f", handed off {len(result.queued)} to workers" if result.queued else ""
         self.stdout.write(
-            f"Ran {len(result.started)} task(s), skipped {len(result.skipped)}; exiting."
+            f"Ran {len(result.started)} task(s){queued}, skipped {len(result.skipped)}; exiting."
         )
         if scheduler.unrecorded:
             raise CommandError(
