@@ -163,11 +163,15 @@ class Plan:
                 "unchanged": "unchanged",
             }
             text = ", ".join(f"{n} {words[word]}" for word, n in counts.items())
-            return f"Reconciling {len(self.declarations)} declared tasks would leave: {text}."
+            return f"Reconciling {self._declared()} would leave: {text}."
         text = ", ".join(f"{n} {word}" for word, n in counts.items())
         if self.deferred:
             text += f", {len(self.deferred)} deferred"
-        return f"Reconciled {len(self.declarations)} declared tasks: {text}."
+        return f"Reconciled {self._declared()}: {text}."
+
+    def _declared(self) -> str:
+        count = len(self.declarations)
+        return f"{count} declared task{'' if count == 1 else 's'}"
 
     def lines(self, *, pending: bool = False) -> list[str]:
         """Return one human-readable line per change and deferral, then the summary."""

@@ -192,6 +192,13 @@ def main() -> int:
         env["EXAMPLE_PROJECT_WORKER"] = "1"
     database = env.get("DATABASE_URL") or f"sqlite:///{HERE / 'db.sqlite3'}"
     say("demo", f"database: {database}")
+    if env.get("DATABASE_URL"):
+        say(
+            "demo",
+            "DATABASE_URL comes from your environment: the demo migrates that database and "
+            "declares its own tasks there, retiring the ones it does not declare until their "
+            "own scheduler starts again. Unset it to use the demo's own SQLite file.",
+        )
 
     run_step("setup", ["migrate", "--no-input"], env)
     run_step("setup", ["demoadmin"], env)

@@ -75,7 +75,7 @@ def main() -> int:
         # pip as venv ships it: upgrading it first would cost more than it saves here.
         extra = DEMO_EXTRAS[args.demo]
         run([*pip, "-r", "requirements-demo.txt", "-e", f".{extra}"])
-        what = "Django, django-environ and django-posixcron" + (
+        what = "Django, django-environ, django-tasks-db and django-posixcron" + (
             f" with its {args.demo} driver" if extra else ""
         )
     print(

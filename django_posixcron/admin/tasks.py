@@ -124,7 +124,7 @@ class TaskAdmin(TaskStateActions):
         if obj.is_running:
             # last_run_status and last_run_finished_at still describe the previous run. A
             # handed-off run may still wait for a worker: the newest of the recent runs says.
-            recent = getattr(obj, "posixcron_recent_runs", None)
+            recent: list[Run] = getattr(obj, "posixcron_recent_runs", None) or []
             waiting = bool(recent) and recent[-1].status == RunStatus.QUEUED
             status = display.status_badge(RunStatus.QUEUED if waiting else RunStatus.RUNNING)
             took = display.elapsed(obj.last_run_started_at, now)

@@ -259,8 +259,7 @@ class Claimer:
             run.finished_at = now
             run.duration = dt.timedelta(0)
             run.error = (
-                "Skipped: the previous run of this task is still queued or running "
-                "(overlap=skip)."
+                "Skipped: the previous run of this task is still queued or running (overlap=skip)."
             )
         return claimed.changes, run
 

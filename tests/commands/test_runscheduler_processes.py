@@ -43,7 +43,7 @@ def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     before = schedulers.run("--check")
     assert before.returncode == 1, before.stdout + before.stderr
     assert "nightly" in before.stdout + before.stderr
-    assert "Reconciling 1 declared tasks would leave: 1 to create, 0 to update" in before.stdout
+    assert "Reconciling 1 declared task would leave: 1 to create, 0 to update" in before.stdout
     assert "Reconciled" not in before.stdout
     assert not Task.objects.exists(), "--check must change nothing"
 

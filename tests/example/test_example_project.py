@@ -73,6 +73,24 @@ def test_migrate_then_one_tick_writes_a_heartbeat(env):
     assert admin.returncode == 0, admin.stderr
     again = manage(env, "demoadmin")
     assert "Reset the demo admin login: admin / admin" in again.stdout
+    # A user called admin that the demo did not create keeps its password.
+    code = (
+        "from django.contrib.auth.models import User; "
+        "User.objects.filter(username='admin').update(email='ops@example.com', password='x')"
+    )
+    assert manage(env, "shell", "-c", code).returncode == 0
+    theirs = manage(env, "demoadmin")
+    assert "that the demo did not create exists in this database: left as it is" in theirs.stdout
+    password = manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; "
+        "print(User.objects.get(username='admin').password)",
+    )
+    assert password.stdout.strip().splitlines()[-1] == "x"
+    code = "from django.contrib.auth.models import User; User.objects.all().delete()"
+    assert manage(env, "shell", "-c", code).returncode == 0
 
     # Every-minute tasks fire at once on first start (the current minute matches).
     once = manage(env, "runscheduler", "--once")

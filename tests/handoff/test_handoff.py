@@ -199,7 +199,7 @@ def test_a_worker_that_starts_the_run_as_it_is_judged_lost_keeps_it(world, monke
     world.tick(T0)
     run = only_run("export")
     judged_at = T0 + dt.timedelta(seconds=31)
-    write = liveness.write_outcomes
+    write = write_outcomes  # what liveness.mark_lost calls to write its verdict
 
     def worker_starts_first(*args: Any, **kwargs: Any) -> Any:
         Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(

@@ -30,7 +30,7 @@ def test_pending_lines_say_what_would_happen():
     assert result.lines(pending=True) == [
         "new task 'a': schedule '15 3 * * *' in Asia/Kolkata; callable tests.testapp.jobs.noop; "
         "next run 2030-01-08T03:15:00+05:30",
-        "Reconciling 1 declared tasks would leave: 1 to create, 0 to update, 0 to restore, "
+        "Reconciling 1 declared task would leave: 1 to create, 0 to update, 0 to restore, "
         "0 to retire, 0 unchanged.",
     ]
 
