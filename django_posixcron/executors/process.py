@@ -128,6 +128,10 @@ class ProcessExecutor(ThreadExecutor):
             # Started under the lock, so that kill_all() cannot miss a child.
             if self._closed:
                 raise RuntimeError("the executor is closed: no new process is started")
+            if key in self._stopping:
+                # Stopped (timed out, interrupted) before its process started: none starts.
+                self._stopping.discard(key)
+                raise TaskCodeError("Stopped before its process started.", "")
             child = _Child()
             self._children[key] = child
         try:
@@ -188,7 +192,9 @@ class ProcessExecutor(ThreadExecutor):
         """Have the run's process group stopped (SIGTERM, then SIGKILL after `kill_after`);
         the slot frees when its child is gone, and only then is the run's outcome queued."""
         with self._cond:
-            if key in self._children:
+            # A run whose process has not started yet (its thread just took it) is stopped
+            # too: invoke() then starts none.
+            if key in self._children or key in self._calls:
                 self._stopping.add(key)
 
     def release(self, key: int) -> None:

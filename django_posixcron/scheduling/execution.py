@@ -7,6 +7,7 @@ so a worker thread that ran no database code never opens a connection of its own
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import datetime as dt
 import functools
@@ -22,12 +23,12 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django_posixcron.context import RunContext
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.models import Run, RunStatus
+from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.outcomes import (
     OUTCOME_BATCH,
     Notifier,
     Outcome,
     cap,
-    send_robust,
     write_outcomes,
 )
 from django_posixcron.signals import run_started
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.execution")
+
+# While waiting for runs (a shutdown's grace, --once), outcomes of the runs that returned are
+# written at least this often, not only once every run has ended.
+WAIT_FLUSH_EVERY = 0.25
 
 # How much longer than its `kill_after` the graceful exit waits for a stopped run's process to
 # be gone and its outcome queued: the run's thread notices within a tenth of a second.
@@ -117,10 +122,19 @@ class Runs:
             run.pk,
             extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
         )
-        send_robust(run_started, run)
-        inflight.started_monotonic = time.monotonic()
+        # Off this thread, as run_finished: a slow receiver must delay neither the run (its
+        # timeout counts from the claim) nor anything else. One queue keeps them in order.
+        if run_started.has_listeners():
+            # A copy: the outcome may be written on the run before the receiver sees it.
+            self.notifier.send(run_started, run=copy.copy(run))
+        with self.lock:
+            # Timed out or interrupted before its code started: it never starts ("no run keeps
+            # executing after the run is recorded as ended").
+            ended = self.inflight.get(run.pk) is not inflight or inflight.ending is not None
         status, error, tb = RunStatus.SUCCEEDED, "", ""
         try:
+            if ended:
+                raise TaskCodeError("Stopped before its code started.", "")
             # What runs is always resolved from settings, never from the stored path.
             context = RunContext.of(run) if inflight.declaration.takes_context else None
             self.executor.invoke(run.pk, inflight.declaration, context)
@@ -140,10 +154,10 @@ class Runs:
                 self.outcomes.append(Outcome(run, status, finished_at, error, tb))
         if not mine:
             logger.info(
-                "run %s of task %s returned after it was recorded as %s",
+                "run %s of task %s returned after it was recorded as ended (timed out, or "
+                "interrupted by the shutdown)",
                 run.pk,
                 run.task.name,
-                run.status,
                 extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
             )
 
@@ -212,12 +226,19 @@ class Runs:
         waiting; outcomes the database cannot take yet stay queued for the next attempt.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        flush_at, failures = 0.0, 0
         while True:
             step = None if deadline is None else max(0.0, deadline - time.monotonic())
             deadlines = self.deadlines()
             if deadlines:
                 until = max(0.0, (min(deadlines) - now()).total_seconds())
                 step = until if step is None else min(step, until)
+            if self.unrecorded and time.monotonic() >= flush_at:
+                # A run that returned is recorded while the others go on (a shutdown's grace,
+                # --once): a kill before they all end must not leave it to be marked lost.
+                failures = 0 if self._flush_or_keep() else failures + 1
+                flush_at = time.monotonic() + (rules.back_off(failures) if failures else 0.0)
+            step = WAIT_FLUSH_EVERY if step is None else min(step, WAIT_FLUSH_EVERY)
             idle = self.executor.wait_idle(step)
             if not idle and deadlines:
                 try:
@@ -233,9 +254,11 @@ class Runs:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 
-    def _flush_or_keep(self) -> None:
+    def _flush_or_keep(self) -> bool:
+        """Write the queued outcomes; keep them if the database is away (and return False)."""
         try:
             self.flush()
+            return True
         except (OperationalError, InterfaceError) as exc:
             # Kept in memory for the next attempt (a tick, or the shutdown's).
             logger.error(
@@ -246,6 +269,7 @@ class Runs:
             )
             with contextlib.suppress(Exception):
                 connections[self.using].close()
+            return False
 
     def queue(self, outcome: Outcome) -> None:
         with self.lock:

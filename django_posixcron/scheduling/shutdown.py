@@ -16,12 +16,14 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
+from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.liveness import mark_stopped
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
 
@@ -124,23 +126,43 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
             running,
             extra={"action": "shutdown_waiting"},
         )
+    ends = time.monotonic() + grace
     scheduler.wait_idle(grace)
-    try:
-        runs.interrupt_remaining(
-            "Interrupted: the scheduler was asked to stop and the run did not "
-            f"finish within the {grace:g} s grace period.",
-            scheduler.now,
-        )
-        runs.flush()
-        mark_stopped(scheduler.using, scheduler.process)
-    except DatabaseError as exc:
-        logger.error(
-            "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
-            "schedulers will mark the runs lost",
-            exc,
-            runs.unrecorded,
-            extra={"action": "shutdown_db_error"},
-        )
+    runs.interrupt_remaining(
+        "Interrupted: the scheduler was asked to stop and the run did not "
+        f"finish within the {grace:g} s grace period.",
+        scheduler.now,
+    )
+    failures = 0
+    while True:
+        try:
+            runs.flush()
+            mark_stopped(scheduler.using, scheduler.process)
+            break
+        except (OperationalError, InterfaceError) as exc:
+            # The database is away for a moment: what the grace period has left is spent
+            # trying again, since a run whose callable returned must not end lost.
+            failures += 1
+            left = ends - time.monotonic()
+            if left > 0:
+                delay = min(rules.back_off(failures), left)
+                logger.error(
+                    "could not record the shutdown yet (%s); %d outcome(s) waiting, trying "
+                    "again in %.1f s",
+                    str(exc).strip() or type(exc).__name__,
+                    runs.unrecorded,
+                    delay,
+                    extra={"action": "shutdown_db_error"},
+                )
+                with contextlib.suppress(Exception):
+                    connections[scheduler.using].close()
+                time.sleep(delay)
+                continue
+            _unrecorded(exc, runs.unrecorded)
+            break
+        except DatabaseError as exc:
+            _unrecorded(exc, runs.unrecorded)
+            break
     if scheduler.heartbeat is not None:
         scheduler.heartbeat.stop()
     scheduler.notifier.stop(receivers_drain)
@@ -149,6 +171,16 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
         "scheduler stopped process=%s",
         scheduler.process.label,
         extra={"action": "scheduler_stopped"},
+    )
+
+
+def _unrecorded(exc: BaseException, count: int) -> None:
+    logger.error(
+        "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
+        "schedulers will mark the runs lost",
+        exc,
+        count,
+        extra={"action": "shutdown_db_error"},
     )
 
 

@@ -168,3 +168,32 @@ def blocked_delete() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(BLOCKED_DELETE[connection.vendor])
         return bool(cursor.fetchone()[0])
+
+
+def test_a_run_that_returned_during_the_grace_is_recorded_before_the_others_end(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """A run whose callable returned is never marked lost: killed later in the grace (the
+    orchestrator's SIGKILL, an OOM kill), the scheduler must already have recorded it."""
+    quick, slow = tmp_path / "quick", tmp_path / "slow"
+    schedulers.configure({"quick": waiter("quick", quick), "slow": waiter("slow", slow)})
+    (scheduler,) = schedulers.start_live(1, "--grace", "60")
+    for name in ("quick", "slow"):
+        Task.objects.get(name=name).request_run()
+    schedulers.wait_for(
+        lambda: hits("quick", "started") == 1 and hits("slow", "started") == 1,
+        what="both runs to start",
+    )
+    schedulers.expect_exit(scheduler)
+    scheduler.signal(signal.SIGTERM)
+    schedulers.wait_for(lambda: "no new claims" in scheduler.output(), what="the SIGTERM")
+
+    quick.touch()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(task__name="quick", status=RunStatus.SUCCEEDED).exists(),
+        timeout=10,
+        what="the returned run to be recorded while the other still runs",
+    )
+    assert Run.objects.get(task__name="slow").status == RunStatus.RUNNING
+    scheduler.kill()
+    slow.touch()

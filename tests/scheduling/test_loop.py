@@ -240,6 +240,47 @@ def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
     assert run.status == RunStatus.SUCCEEDED
 
 
+def test_a_shutdown_spends_its_grace_retrying_an_outcome_the_database_refused(
+    tasks, make_scheduler, gate, unreachable_database
+):
+    # A run whose callable returned is never marked lost: the database away for a moment as
+    # the scheduler stops, it tries again within what is left of the grace period.
+    go_away, come_back = unreachable_database
+    name, event = gate
+    now = timezone.now()
+    tasks(
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        next_run_at=now - dt.timedelta(minutes=1),
+    )
+    scheduler = make_scheduler(grace=30)
+    run = scheduler.tick(now).started[0]
+    for _ in range(200):
+        if Hit.objects.exists():
+            break
+        threading.Event().wait(0.05)
+    go_away()
+    event.set()
+    assert scheduler.executor.wait_idle(10)
+
+    class BackWhenRetried(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "action", "") == "shutdown_db_error":
+                come_back()
+
+    handler = BackWhenRetried()
+    shutdown_logger = logging.getLogger("django_posixcron.scheduler.shutdown")
+    shutdown_logger.addHandler(handler)
+    try:
+        scheduler.shutdown()
+    finally:
+        shutdown_logger.removeHandler(handler)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert SchedulerProcess.objects.get().stopped_at is not None
+
+
 def test_start_warns_when_host_and_database_clocks_differ(make_scheduler, caplog, monkeypatch):
     scheduler = make_scheduler()
     monkeypatch.setattr(

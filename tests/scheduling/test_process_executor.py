@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import functools
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -157,6 +158,37 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
     wait_until(lambda: not any(alive(pid) for pid in pids), 1, "every process to be gone")
     assert executor.wait_idle(5)
     assert not any((folder / "finished").exists() for folder in folders)
+
+
+def test_a_run_stopped_before_its_process_starts_never_starts(tmp_path):
+    # Timed out or interrupted while its thread had not started its process yet: none starts.
+    executor = ProcessExecutor(1)
+    declaration = TaskDeclaration(
+        name="late",
+        schedule="0 * * * *",
+        callable_path="tests.testapp.jobs.spawn_and_sleep",
+        kwargs={"directory": str(tmp_path), "seconds": 1},
+        retry_delay=dt.timedelta(seconds=1),
+        overlap="skip",
+        timeout=None,
+        timezone="UTC",
+    )
+    go = threading.Event()
+    errors = []
+
+    def job() -> None:
+        go.wait(10)
+        try:
+            executor.invoke(7, declaration)
+        except TaskCodeError as exc:
+            errors.append(exc.error)
+
+    executor.submit(7, job)
+    executor.stop(7)
+    go.set()
+    assert executor.wait_idle(10)
+    assert errors == ["Stopped before its process started."]
+    assert started_pids(tmp_path) == []
 
 
 def _invoke_quietly(executor: ProcessExecutor, key: int, declaration: TaskDeclaration) -> None:

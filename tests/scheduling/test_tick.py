@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -382,6 +383,31 @@ def test_a_broken_signal_receiver_does_not_stop_the_run(tasks, make_scheduler):
     finally:
         run_started.disconnect(broken)
     assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_a_slow_run_started_receiver_does_not_delay_the_run(tasks, make_scheduler):
+    # "Receivers run off the loop thread": run_started too, so that a receiver that blocks
+    # (a notify() over the network) neither holds the run back nor eats its timeout.
+    tasks(timeout=30)
+    release = threading.Event()
+    seen = []
+
+    def slow(sender, run, **kwargs):
+        seen.append(run.status)
+        release.wait(20)
+
+    run_started.connect(slow)
+    scheduler = make_scheduler()
+    scheduler.notifier.start()
+    try:
+        scheduler.tick(T0)
+        assert scheduler.wait_idle(timeout=10)
+        assert Run.objects.get().status == RunStatus.SUCCEEDED
+    finally:
+        release.set()
+        scheduler.notifier.stop(10)
+        run_started.disconnect(slow)
+    assert seen == [RunStatus.RUNNING]  # as the run was when it started
 
 
 def test_old_history_is_pruned_in_batches(tasks, make_scheduler, settings):
