@@ -140,3 +140,36 @@ def _utc_loader() -> type[Any] | None:
             return self.native.load(data)
 
     return UTCLoader
+
+
+# Timeouts a scheduler's connections get unless the project's OPTIONS set them: a database
+# that stops answering without closing the connection (a partition, a failover that moves the
+# address) is then an error the loop logs and backs off from, not a silent wait of about
+# 15 minutes until the kernel gives up on the socket. libpq's parameters for PostgreSQL;
+# mysqlclient's for MariaDB/MySQL (no read_timeout: it would cut the task code's own long
+# queries too, since they share these settings).
+CONNECTION_TIMEOUTS = {
+    "postgresql": {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,  # ms a sent statement may stay unacknowledged
+    },
+    "mysql": {"connect_timeout": 10, "write_timeout": 30},
+}
+
+
+def with_connection_timeouts(using: str) -> dict[str, Any]:
+    """Give `using`'s connections the timeouts above where its OPTIONS set none; return the
+    ones added. Connections opened from now on in this process use them (they share the
+    alias's settings); the one open on this thread, if any, is closed to pick them up."""
+    connection = connections[using]
+    defaults = CONNECTION_TIMEOUTS.get(connection.vendor, {})
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    added = {key: value for key, value in defaults.items() if key not in options}
+    if added:
+        options.update(added)
+        connection.close()
+    return added

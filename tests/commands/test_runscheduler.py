@@ -152,3 +152,33 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     else:
         assert "more; manage.py" not in lines[-1]
     assert len(queries) <= 2  # the first hundred, and the count past them
+
+
+def test_the_schedulers_connections_get_timeouts_the_project_did_not_set(posixcron):
+    # A database that stops answering must be an error the loop logs and backs off from,
+    # not a silent wait on the socket: runscheduler gives its alias the timeouts the
+    # project's OPTIONS leave out, and keeps the ones it sets.
+    from django_posixcron.db import CONNECTION_TIMEOUTS
+
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    saved = dict(options)
+    try:
+        options.pop("connect_timeout", None)
+        if connection.vendor == "postgresql":
+            options["keepalives_idle"] = 42
+        posixcron({"noop": {"schedule": "0 4 * * *", "callable": "tests.testapp.jobs.noop"}})
+        call_command("runscheduler", "--once", stdout=io.StringIO())
+
+        expected = dict(CONNECTION_TIMEOUTS.get(connection.vendor, {}))
+        if connection.vendor == "postgresql":
+            expected["keepalives_idle"] = 42
+        assert {key: options[key] for key in expected} == expected
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # the options are libpq's own: it connects
+                cursor.execute("SELECT 1")
+                assert cursor.fetchone() == (1,)
+            assert connection.connection.info.get_parameters()["keepalives"] == "1"
+    finally:
+        connection.close()
+        options.clear()
+        options.update(saved)

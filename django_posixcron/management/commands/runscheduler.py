@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError
 
 from django_posixcron.conf import get_settings
+from django_posixcron.db import with_connection_timeouts
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -138,6 +139,8 @@ class Command(BaseCommand):
             check_frequency(declarations, options["poll_interval"])
 
         using = command_alias(options["database"])
+        # Before the first connection: a database that stops answering is then an error.
+        with_connection_timeouts(using)
         if options["check"]:
             try:
                 check_database_support(using)
