@@ -64,7 +64,7 @@ class RunAdmin(RunAdminBase):
         "status_display",
         "started_display",
         "duration_display",
-        "process_label",
+        "where_display",
     )
     list_display_links = ("scheduled_for_display",)
     list_filter = (RunTaskFilter, "status", "trigger")
@@ -133,6 +133,16 @@ class RunAdmin(RunAdminBase):
     @admin.display(description=_("finished"))
     def finished_display(self, obj: Run) -> str:
         return in_zone(obj.finished_at, obj.task.timezone) if obj.finished_at else "—"
+
+    @admin.display(description=_("ran on"))
+    def where_display(self, obj: Run) -> str:
+        """The scheduler process that ran it; for a handed-off run, the worker, or the
+        backend it waits on (the scheduler that queued it is on the run's page)."""
+        if not obj.backend:
+            return obj.process_label
+        if obj.worker:
+            return gettext("%(worker)s (worker)") % {"worker": obj.worker}
+        return gettext("backend %(backend)s") % {"backend": obj.backend}
 
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:

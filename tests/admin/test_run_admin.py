@@ -40,6 +40,24 @@ def test_list_columns(superuser):
     assert "cron" in html
 
 
+def test_the_list_says_where_a_handed_off_run_runs(superuser):
+    task = make_task()
+    make_run(task, process_label="sched-1:10", status=RunStatus.QUEUED, backend="default")
+    make_run(
+        task,
+        process_label="sched-1:10",
+        status=RunStatus.RUNNING,
+        backend="default",
+        worker="worker-7:99",
+        started_at=timezone.now() - dt.timedelta(minutes=20),
+    )
+    html = client_for(superuser).get(reverse("admin:django_posixcron_run_changelist"))
+    text = html.content.decode()
+    assert "backend default" in text
+    assert "worker-7:99 (worker)" in text
+    assert "sched-1:10" not in text  # the scheduler that queued them is on the run's page
+
+
 def test_run_list_does_not_count_the_whole_table(superuser):
     task = make_task()
     make_run(task)
