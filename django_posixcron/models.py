@@ -266,7 +266,11 @@ class Task(models.Model):
             # Nothing changed: Django skips a save with empty update_fields, signals included.
             kwargs["update_fields"] = list(dict.fromkeys(changed))
         super().save(*args, **kwargs)
-        self._snapshot(f.attname for f in self._meta.concrete_fields)
+        written = kwargs.get("update_fields")
+        attnames = {f.name: f.attname for f in self._meta.concrete_fields}
+        # What was written is what the database holds; a field changed and not written
+        # (left out of an explicit update_fields) stays changed for the next save().
+        self._snapshot(attnames.values() if written is None else (attnames[n] for n in written))
 
     @classmethod
     def from_db(

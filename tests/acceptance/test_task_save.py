@@ -101,6 +101,14 @@ def test_explicit_update_fields_are_obeyed_and_refresh_takes_a_new_baseline(worl
     row.save(update_fields=["description"])
     assert task("flaky").description == ""
 
+    # A field changed but left out of an explicit update_fields is still written later.
+    row.paused = True
+    row.save(update_fields=["description"])
+    assert task("flaky").paused is False
+    row.save()
+    assert task("flaky").paused is True
+    Task.objects.filter(name="flaky").update(paused=False)
+
     Task.objects.filter(name="flaky").update(description="again")
     row.refresh_from_db()
     row.paused = True
