@@ -266,11 +266,9 @@ class Task(models.Model):
             # Nothing changed: Django skips a save with empty update_fields, signals included.
             kwargs["update_fields"] = list(dict.fromkeys(changed))
         super().save(*args, **kwargs)
-        written = kwargs.get("update_fields")
-        attnames = {f.name: f.attname for f in self._meta.concrete_fields}
         # What was written is what the database holds; a field changed and not written
         # (left out of an explicit update_fields) stays changed for the next save().
-        self._snapshot(attnames.values() if written is None else (attnames[n] for n in written))
+        self._snapshot(kwargs.get("update_fields"))
 
     @classmethod
     def from_db(
@@ -283,9 +281,7 @@ class Task(models.Model):
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
-        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
-        attnames = {f.name: f.attname for f in self._meta.concrete_fields}
-        self._snapshot(attnames.values() if fields is None else (attnames[n] for n in fields))
+        self._snapshot(kwargs.get("fields", args[1] if len(args) > 1 else None))
 
     def changed_fields(self) -> list[str]:
         """Return the fields whose value differs from the one loaded, saved or refreshed."""
@@ -298,10 +294,14 @@ class Task(models.Model):
             if name != "id" and name in values and values[name] != value
         ]
 
-    def _snapshot(self, names: Iterable[str]) -> None:
-        """Take the current values of `names` as the ones the database holds."""
+    def _snapshot(self, fields: Iterable[str] | None) -> None:
+        """Take the current values of `fields` (all when None) as the database's."""
+        wanted = None if fields is None else set(fields)
+        attnames = [
+            f.attname for f in self._meta.concrete_fields if wanted is None or f.name in wanted
+        ]
         loaded = dict(zip(*self._loaded, strict=True)) if self._loaded is not None else {}
-        loaded.update({name: self.__dict__[name] for name in names if name in self.__dict__})
+        loaded.update({name: self.__dict__[name] for name in attnames if name in self.__dict__})
         self._loaded = (list(loaded), list(loaded.values()))
 
     @property

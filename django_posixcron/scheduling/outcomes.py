@@ -327,50 +327,33 @@ def _record_task_outcomes(
     to send task_failing for: the task rows are locked by this transaction, so only this
     process sees the streak cross its threshold.
     """
-    touched: dict[int, tuple[Any, ...]] = {}
+    touched: dict[int, dict[str, Any]] = {}
     failing: dict[int, tuple[Task, int, bool]] = {}
     for o in sorted(outcomes, key=lambda o: o.finished_at):
         row = rows.get(o.run.task_id)
         if row is None:
             continue
+        touched[row["pk"]] = row
         if o.status == RunStatus.SUCCEEDED and (
             row["last_success_at"] is None or o.finished_at > row["last_success_at"]
         ):
             row["last_success_at"] = o.finished_at
         occurrence = o.run.occurrence or o.run.scheduled_for
         if previous[o.run.pk] == RunStatus.LOST:
-            # The verdict "lost" already applied the retry rule and counted the failure.
-            if rules.late_success_cancels_retry(
-                o.status,
-                occurrence,
-                o.run.attempt,
-                row["retry_at"],
-                row["retry_occurrence"],
-                row["retry_attempt"],
-            ):
-                # Its retry has not fired yet: the occurrence succeeded after all.
-                row["retry_at"] = None
-                row["due_at"] = due_at(row["next_run_at"], None, row["run_requested_at"])
-            if rules.is_latest_run(o.run.started_at, row["last_run_started_at"]):
-                # No run started since: the task's last run is this one, as it really ended.
-                row["last_run_status"], row["last_run_finished_at"] = o.status, o.finished_at
-                if o.status == RunStatus.SUCCEEDED:
-                    row["consecutive_failures"], row["failing_signalled"] = 0, False
-            touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
+            _apply_late_outcome(o, occurrence, row)
             continue
         if rules.outdated_success(
             o.status, occurrence, row["consecutive_failures"], row["retry_occurrence"]
         ):
             # An older occurrence's late success: the newer failure's retry, streak and
             # last run stand; only the last success moves.
-            touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
             continue
         retry_at = rules.retry_after_outcome(
             o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
         )
         if retry_at is not None and retry_at != row["retry_at"]:
             # The retry this failure sets up retries this run's occurrence, one attempt on.
-            row["retry_occurrence"] = o.run.occurrence or o.run.scheduled_for
+            row["retry_occurrence"] = occurrence
             row["retry_attempt"] = o.run.attempt
         row["retry_at"] = retry_at
         alert = _apply_streak(o, row, using, signals=signals)
@@ -382,9 +365,34 @@ def _record_task_outcomes(
             o.finished_at,
             due,
         )
-        touched[row["pk"]] = (row["pk"], *(row[field] for field in TASK_OUTCOME_FIELDS))
-    update_many(Task, TASK_OUTCOME_FIELDS, list(touched.values()), using)
+    update_many(
+        Task,
+        TASK_OUTCOME_FIELDS,
+        [(pk, *(row[field] for field in TASK_OUTCOME_FIELDS)) for pk, row in touched.items()],
+        using,
+    )
     return list(failing.values())
+
+
+def _apply_late_outcome(o: Outcome, occurrence: dt.datetime, row: dict[str, Any]) -> None:
+    """Apply the real outcome of a run marked lost: the verdict "lost" already applied the
+    retry rule and counted the failure, so no second retry and no second failure."""
+    if rules.late_success_cancels_retry(
+        o.status,
+        occurrence,
+        o.run.attempt,
+        row["retry_at"],
+        row["retry_occurrence"],
+        row["retry_attempt"],
+    ):
+        # Its retry has not fired yet: the occurrence succeeded after all.
+        row["retry_at"] = None
+        row["due_at"] = due_at(row["next_run_at"], None, row["run_requested_at"])
+    if rules.is_latest_run(o.run.started_at, row["last_run_started_at"]):
+        # No run started since: the task's last run is this one, as it really ended.
+        row["last_run_status"], row["last_run_finished_at"] = o.status, o.finished_at
+        if o.status == RunStatus.SUCCEEDED:
+            row["consecutive_failures"], row["failing_signalled"] = 0, False
 
 
 def _apply_streak(
