@@ -139,8 +139,7 @@ class TaskStateActions(TaskAdminBase):
                     % {"task": task.name},
                     messages.WARNING,
                 )
-            elif task.is_running and task.overlap == Overlap.SKIP:
-                # The overlap rule applies to a requested run as to any other.
+            elif _request_may_be_skipped(task):
                 self.message_user(
                     request,
                     gettext(
@@ -223,7 +222,7 @@ class TaskStateActions(TaskAdminBase):
         targets = list(declared)
         names = [t.name for t in targets]
         paused = sum(t.paused for t in targets)
-        running = sum(not t.paused and t.is_running and t.overlap == Overlap.SKIP for t in targets)
+        running = sum(_request_may_be_skipped(t) for t in targets)
         requested = declared.request_run()
         for name in names:
             self._log(
@@ -295,6 +294,12 @@ class TaskStateActions(TaskAdminBase):
             % {"count": count},
             messages.WARNING,
         )
+
+
+def _request_may_be_skipped(task: Task) -> bool:
+    """Whether a run requested now meets a run still going of a task that skips overlaps:
+    the overlap rule applies to a requested run as to any other."""
+    return not task.paused and task.is_running and task.overlap == Overlap.SKIP
 
 
 # Runs are deleted in batches of this many primary keys, each batch its own short statement,
