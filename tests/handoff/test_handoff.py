@@ -219,16 +219,21 @@ def test_a_worker_that_starts_the_run_as_it_is_judged_lost_keeps_it(world, monke
     assert Task.objects.get(name="export").retry_at is None
 
 
-def mark_lost_while_running(name: str) -> tuple[Run, Task]:
-    """Let a worker take the only run, fall silent, and the scheduler mark the run lost."""
-    run = only_run(name)
+def lost_while_running(world: Any) -> Run:
+    """Hand off one run of `export`, let a worker take it and fall silent, and the scheduler
+    mark the run lost at T0 + 32 s (its retry 60 s later)."""
+    world.settings({"export": handed_off("export", retry_delay=60)})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
     Run.objects.filter(pk=run.pk).update(
         status=RunStatus.RUNNING,
         started_at=T0 + dt.timedelta(seconds=1),
         heartbeat_at=T0 + dt.timedelta(seconds=1),
         worker="worker-host:4242",
     )
-    return run, Task.objects.get(name=name)
+    world.tick(T0 + dt.timedelta(seconds=32))
+    return run
 
 
 def late(run: Run, status: str, seconds: int) -> None:
@@ -239,11 +244,7 @@ def late(run: Run, status: str, seconds: int) -> None:
 
 
 def test_a_lost_runs_late_failure_is_recorded_but_arms_no_second_retry(world):
-    world.settings({"export": handed_off("export", retry_delay=60)})
-    world.start(T0 - MINUTE)
-    world.tick(T0)
-    run, _ = mark_lost_while_running("export")
-    world.tick(T0 + dt.timedelta(seconds=32))
+    run = lost_while_running(world)
     lost = Task.objects.get(name="export")
     assert (lost.retry_at, lost.consecutive_failures) == (
         T0 + dt.timedelta(seconds=92),
@@ -263,11 +264,7 @@ def test_a_lost_runs_late_failure_is_recorded_but_arms_no_second_retry(world):
 
 
 def test_a_lost_runs_late_success_cancels_the_retry_it_has_not_used_yet(world):
-    world.settings({"export": handed_off("export", retry_delay=60)})
-    world.start(T0 - MINUTE)
-    world.tick(T0)
-    run, _ = mark_lost_while_running("export")
-    world.tick(T0 + dt.timedelta(seconds=32))
+    run = lost_while_running(world)
 
     late(run, RunStatus.SUCCEEDED, 40)
 
@@ -283,11 +280,7 @@ def test_a_lost_runs_late_success_cancels_the_retry_it_has_not_used_yet(world):
 
 
 def test_a_lost_runs_late_success_after_its_retry_fired_leaves_the_task_to_that_retry(world):
-    world.settings({"export": handed_off("export", retry_delay=60)})
-    world.start(T0 - MINUTE)
-    world.tick(T0)
-    run, _ = mark_lost_while_running("export")
-    world.tick(T0 + dt.timedelta(seconds=32))
+    run = lost_while_running(world)
     world.tick(T0 + dt.timedelta(seconds=93))  # the retry is queued
     retry = Run.objects.get(trigger="retry")
     assert (retry.status, retry.attempt) == (RunStatus.QUEUED, 2)

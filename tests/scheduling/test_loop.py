@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -211,10 +212,10 @@ def test_run_returns_after_request_stop(tasks, make_scheduler):
     assert not Run.objects.exists()
 
 
-def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
-    tasks, make_scheduler, gate, unreachable_database
-):
-    go_away, come_back = unreachable_database
+def finished_while_away(
+    tasks: Any, make_scheduler: Any, gate: tuple[str, threading.Event], go_away: Any, **options: Any
+) -> tuple[Any, Run]:
+    """Start a run that waits on `gate`, take the database away, let the run return."""
     name, event = gate
     now = timezone.now()
     tasks(
@@ -222,16 +223,23 @@ def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
         kwargs={"gate_name": name},
         next_run_at=now - dt.timedelta(minutes=1),
     )
-    scheduler = make_scheduler()
+    scheduler = make_scheduler(**options)
     run = scheduler.tick(now).started[0]
     for _ in range(200):
         if Hit.objects.exists():  # the task has its connection and is waiting on the gate
             break
         threading.Event().wait(0.05)
-
     go_away()
     event.set()
     assert scheduler.executor.wait_idle(10)
+    return scheduler, run
+
+
+def test_an_outcome_that_cannot_be_written_is_kept_until_the_database_is_back(
+    tasks, make_scheduler, gate, unreachable_database
+):
+    go_away, come_back = unreachable_database
+    scheduler, run = finished_while_away(tasks, make_scheduler, gate, go_away)
     assert scheduler._safe_tick() == 0.5  # the outcome could not be written
     come_back()
     scheduler._safe_tick()
@@ -246,22 +254,7 @@ def test_a_shutdown_spends_its_grace_retrying_an_outcome_the_database_refused(
     # A run whose callable returned is never marked lost: the database away for a moment as
     # the scheduler stops, it tries again within what is left of the grace period.
     go_away, come_back = unreachable_database
-    name, event = gate
-    now = timezone.now()
-    tasks(
-        callable_path="tests.testapp.jobs.blocked",
-        kwargs={"gate_name": name},
-        next_run_at=now - dt.timedelta(minutes=1),
-    )
-    scheduler = make_scheduler(grace=30)
-    run = scheduler.tick(now).started[0]
-    for _ in range(200):
-        if Hit.objects.exists():
-            break
-        threading.Event().wait(0.05)
-    go_away()
-    event.set()
-    assert scheduler.executor.wait_idle(10)
+    scheduler, run = finished_while_away(tasks, make_scheduler, gate, go_away, grace=30)
 
     class BackWhenRetried(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:

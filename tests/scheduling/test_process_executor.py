@@ -128,21 +128,26 @@ def test_a_task_may_use_multiprocessing_itself(tasks, make_scheduler, tmp_path):
     assert result.read_text() == "1,2,3"
 
 
+def spawner(name: str, folder: Path, seconds: float) -> TaskDeclaration:
+    """A task whose process starts a grandchild, both recording their pids in `folder`."""
+    return TaskDeclaration(
+        name=name,
+        schedule="0 * * * *",
+        callable_path="tests.testapp.jobs.spawn_and_sleep",
+        kwargs={"directory": str(folder), "seconds": seconds},
+        retry_delay=dt.timedelta(seconds=1),
+        overlap="skip",
+        timeout=None,
+        timezone="UTC",
+    )
+
+
 def test_kill_all_kills_every_group_at_once(tmp_path):
     executor = ProcessExecutor(2)
     folders = [tmp_path / "a", tmp_path / "b"]
     for key, folder in enumerate(folders):
         folder.mkdir()
-        declaration = TaskDeclaration(
-            name=f"t{key}",
-            schedule="0 * * * *",
-            callable_path="tests.testapp.jobs.spawn_and_sleep",
-            kwargs={"directory": str(folder), "seconds": 120},
-            retry_delay=dt.timedelta(seconds=1),
-            overlap="skip",
-            timeout=None,
-            timezone="UTC",
-        )
+        declaration = spawner(f"t{key}", folder, 120)
         executor.submit(key, functools.partial(_invoke_quietly, executor, key, declaration))
     pids = [
         pid
@@ -163,16 +168,7 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
 def test_a_run_stopped_before_its_process_starts_never_starts(tmp_path):
     # Timed out or interrupted while its thread had not started its process yet: none starts.
     executor = ProcessExecutor(1)
-    declaration = TaskDeclaration(
-        name="late",
-        schedule="0 * * * *",
-        callable_path="tests.testapp.jobs.spawn_and_sleep",
-        kwargs={"directory": str(tmp_path), "seconds": 1},
-        retry_delay=dt.timedelta(seconds=1),
-        overlap="skip",
-        timeout=None,
-        timezone="UTC",
-    )
+    declaration = spawner("late", tmp_path, 1)
     go = threading.Event()
     errors = []
 
