@@ -218,27 +218,43 @@ class TaskStateActions(TaskAdminBase):
 
     @admin.action(description=_("Run selected tasks now"), permissions=["run"])
     def run_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        declared = queryset.filter(declared=True)
-        targets = list(declared)
-        names = [t.name for t in targets]
+        selected = list(queryset.filter(declared=True))
+        # One request at a time, as the task page's button: a task whose request is still
+        # pending keeps it, and nothing is logged or recorded for it a second time.
+        targets = [t for t in selected if t.run_requested_at is None]
         paused = sum(t.paused for t in targets)
         running = sum(_request_may_be_skipped(t) for t in targets)
-        requested = declared.request_run()
-        for name in names:
+        requested = queryset.filter(pk__in=[t.pk for t in targets]).request_run()
+        unchanged = len(selected) - len(targets)
+        for task in targets:
             self._log(
-                request, "Run requested from the admin task=%s user=%s", "admin_run_now", name
+                request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
             )
         self._history(request, targets, gettext("Requested a run."))
-        self.message_user(
-            request,
-            ngettext(
-                "Requested a run of %(count)d task: a scheduler starts it at its next tick.",
-                "Requested a run of %(count)d tasks: a scheduler starts them at its next tick.",
-                requested,
+        if requested:
+            self.message_user(
+                request,
+                ngettext(
+                    "Requested a run of %(count)d task: a scheduler starts it at its next tick.",
+                    "Requested a run of %(count)d tasks: a scheduler starts them at its next tick.",
+                    requested,
+                )
+                % {"count": requested},
+                messages.SUCCESS,
             )
-            % {"count": requested},
-            messages.SUCCESS,
-        )
+        if unchanged:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d already had a run requested; a scheduler starts it at its next "
+                    "tick.",
+                    "%(count)d already had a run requested; a scheduler starts them at its next "
+                    "tick.",
+                    unchanged,
+                )
+                % {"count": unchanged},
+                messages.INFO,
+            )
         self._warn_paused(request, paused)
         if running:
             self.message_user(

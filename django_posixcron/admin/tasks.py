@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from django.contrib import admin
@@ -35,7 +36,7 @@ DEFINITION_FIELDS = (
     "schedule_display",
     "timezone",
     "callable_path",
-    "kwargs",
+    "kwargs_display",
     "retry_delay",
     "overlap",
     "timeout",
@@ -87,6 +88,17 @@ class TaskAdmin(TaskStateActions):
         return display.with_clock(super().get_queryset(request))
 
     # Columns ---------------------------------------------------------------------------
+
+    @admin.display(description=_("keyword arguments"))
+    def kwargs_display(self, obj: Task) -> SafeString:
+        """The kwargs as indented JSON in a box that wraps and scrolls: the one-line default
+        ran off the page for a large value."""
+        if not obj.kwargs:
+            return format_html("<code>{}</code>", json.dumps(obj.kwargs))
+        return format_html(
+            '<pre class="posixcron-kwargs">{}</pre>',
+            json.dumps(obj.kwargs, indent=2, ensure_ascii=False),
+        )
 
     @admin.display(description=_("schedule"), ordering="schedule")
     def schedule_display(self, obj: Task) -> SafeString:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
 from django_posixcron.db import app_alias
@@ -114,7 +114,14 @@ def check_migrated(using: str) -> None:
     targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_posixcron"]
     missing = [migration.name for migration, _ in executor.migration_plan(targets)]
     if missing:
+        # `migrate` alone migrates "default": routers that keep the app elsewhere need the
+        # alias named, or the command the message gives changes nothing.
+        command = (
+            "manage.py migrate"
+            if using == DEFAULT_DB_ALIAS
+            else (f"manage.py migrate --database {using}")
+        )
         raise CommandError(
-            f"The database lacks django_posixcron migrations ({', '.join(missing)}): "
-            "run `manage.py migrate` first."
+            f"The database {using!r} lacks django_posixcron migrations ({', '.join(missing)}): "
+            f"run `{command}` first."
         )

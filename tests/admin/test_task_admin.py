@@ -195,6 +195,14 @@ def test_task_page_is_read_only_and_says_where_the_definition_comes_from(superus
     assert "<textarea" not in html
     assert "tests.testapp.jobs.succeed" in html
     assert "At 03:15, Monday through Friday" in html
+    # Indented in a box that wraps and scrolls, not one line running off the page.
+    assert '<pre class="posixcron-kwargs">{\n  &quot;full&quot;: true\n}</pre>' in html
+
+
+def test_the_task_page_shows_no_kwargs_as_an_empty_dict(superuser):
+    html = client_for(superuser).get(change_url(make_task(kwargs={}))).content.decode()
+    assert "<code>{}</code>" in html
+    assert "posixcron-kwargs" not in html
 
 
 def test_posting_to_the_task_page_changes_nothing(superuser):
@@ -510,6 +518,33 @@ def test_a_second_run_now_keeps_the_pending_request(operator):
     task.refresh_from_db()
     assert task.run_requested_at == first  # one request, its instant kept
     assert task.due_at == first
+
+
+def test_the_run_action_again_records_nothing_for_a_request_still_pending(operator, caplog):
+    pending, fresh = make_task(name="pending"), make_task(name="fresh")
+    client = client_for(operator)
+    _act(client, "run_selected", pending)
+    first = Task.objects.get(pk=pending.pk).run_requested_at
+    assert first is not None
+
+    caplog.clear()
+    with caplog.at_level("INFO", logger="django_posixcron"):
+        text = _act(client, "run_selected", pending, fresh).content.decode()
+
+    assert "Requested a run of 1 task:" in text
+    assert "1 already had a run requested" in text
+    assert sorted(LogEntry.objects.values_list("object_repr", "change_message")) == [
+        ("fresh", "Requested a run."),
+        ("pending", "Requested a run."),
+    ]
+    asked = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "admin_run_now"]
+    assert asked == [f"Run requested from the admin task=fresh user={operator.username}"]
+    assert Task.objects.get(pk=pending.pk).run_requested_at == first
+
+    text = _act(client, "run_selected", pending, fresh).content.decode()
+    assert "Requested a run of" not in text
+    assert "2 already had a run requested" in text
+    assert LogEntry.objects.count() == 2
 
 
 def test_the_strip_of_runs_needs_the_run_view_permission(db, superuser):

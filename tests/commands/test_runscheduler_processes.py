@@ -151,3 +151,20 @@ def test_an_empty_database_gets_the_migrate_command_from_both_commands(
         assert "lacks django_posixcron migrations" in result.stderr
         assert "run `manage.py migrate` first" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_the_migrate_command_names_the_alias_the_routers_choose(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """A plain `migrate` leaves an alias the routers keep the app on unmigrated."""
+    only_on("sqlite", why="an empty database is a new file there")
+    schedulers.configure(
+        {"minutely": record_task("minutely", "* * * * *")},
+        db_name=str(tmp_path / "cron.db"),
+        extra={"EMPTY_DB_NAME": str(tmp_path / "default.db")},
+    )
+    for result in (schedulers.run("--once"), schedulers.manage("schedulerstatus")):
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "The database 'cron' lacks django_posixcron migrations" in result.stderr
+        assert "run `manage.py migrate --database cron` first" in result.stderr
+        assert "Traceback" not in result.stderr
