@@ -511,6 +511,34 @@ class Run(models.Model):
         return f"{which}:{self.trigger}@{self.scheduled_for.isoformat()}"
 
 
+class OverdueAlert(models.Model):
+    """One row per overdue episode signalled: the task and the due time it was overdue for.
+
+    Inserting the row is how one scheduler of the fleet wins the episode and sends
+    ``task_overdue``: the insert touches no task row, so a task whose row another transaction
+    holds locked (a scheduler frozen in the middle of its claim) is still signalled once. The
+    foreign key has no database constraint for the same reason: checking it would wait for
+    that lock. Rows of episodes that ended are pruned by the scheduler.
+    """
+
+    # The unique constraint's index (task first) serves every lookup by task.
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    due_at = models.DateTimeField(_("due at"))
+    signalled_at = models.DateTimeField(_("signalled"), default=dj_timezone.now)
+
+    class Meta:
+        verbose_name = _("overdue alert")
+        verbose_name_plural = _("overdue alerts")
+        constraints = [
+            models.UniqueConstraint(fields=["task", "due_at"], name="posixcron_overdue_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} overdue for {self.due_at.isoformat()}"
+
+
 class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
     def live(self, now: dt.datetime, stale_after: dt.timedelta) -> SchedulerProcessQuerySet:
         return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=now - stale_after)

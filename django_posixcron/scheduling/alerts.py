@@ -2,25 +2,29 @@
 
 "task_overdue(sender, task, due_at) — a due task not claimed within POLL_INTERVAL (detected
 by a plain read, so a locked row is still seen)", "each sent once per episode across the
-whole fleet (not once per process) by a live scheduler". The episode is the task's due time:
-the scheduler that stores it in ``overdue_signalled_for`` (under the row's lock, or by a
-conditional UPDATE on SQLite) sends the signal; every other one finds the episode marked and
-sends nothing. Claiming the task moves its due time, which
-ends the episode. (run_lost and task_failing are decided with the outcome writes, under the
-rows' locks: see outcomes.py.)
+whole fleet (not once per process) by a live scheduler". The episode is the task's due time.
+A scheduler wins it by inserting the ``OverdueAlert`` row (task, due time): the unique
+constraint lets one insert of the fleet through, and the insert takes no lock on the task's
+row, so a task that a scheduler frozen in the middle of its claim holds locked (the case the
+alert exists for) is signalled too. The winner also stores the due time in the task's
+``overdue_signalled_for`` where it can take the row, which processes of an earlier release
+read. Claiming the task moves its due time, which ends the episode. (run_lost and
+task_failing are decided with the outcome writes, under the rows' locks: see outcomes.py.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Exists, F, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.utils import timezone
 
-from django_posixcron.models import Task
+from django_posixcron.models import OverdueAlert, Task
 from django_posixcron.scheduling.outcomes import Notifier
-from django_posixcron.signals import task_overdue
+from django_posixcron.signals import task_failing, task_overdue
 
 logger = logging.getLogger("django_posixcron.scheduler.alerts")
 
@@ -35,10 +39,14 @@ OVERDUE_WARNINGS = 5
 
 def unsignalled_overdue(before: dt.datetime, using: str) -> QuerySet[Task]:
     """Return active tasks due before `before` whose overdue episode has not been signalled."""
+    signalled = OverdueAlert.objects.using(using).filter(
+        task=OuterRef("pk"), due_at=OuterRef("due_at")
+    )
     return (
         Task.objects.using(using)
         .overdue(before)
         .filter(Q(overdue_signalled_for__isnull=True) | ~Q(overdue_signalled_for=F("due_at")))
+        .exclude(Exists(signalled))
     )
 
 
@@ -48,40 +56,108 @@ def any_overdue(before: dt.datetime, using: str) -> Exists:
 
 
 def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[Task]:
-    """Claim the overdue episodes not signalled yet; send task_overdue for those won here.
+    """Win the overdue episodes not signalled yet; send task_overdue for those won here.
 
-    Where the database locks rows, one transaction per batch: one locking read (skipping rows
-    another process holds: a claim that is about to move the due time, or a scheduler
-    signalling them) and one UPDATE, so every row read is won here. On SQLite, whose locking
-    read locks nothing, a conditional UPDATE per row decides which were won.
+    A plain read finds them (a row another transaction holds is read as it was committed),
+    and each is won by inserting its OverdueAlert row, which only one scheduler of the fleet
+    does. The tasks' own marks are then written where the rows can be taken at once.
     """
     # By due time alone, the order of the due_at index: with the primary key as a tie-break,
     # PostgreSQL sorted every overdue row to find the first 100 (0.2 s a look, once per poll
-    # interval, in a backlog of 100,000). Rows are locked skipping the held ones, so the order
-    # among equal due times matters to no deadlock.
-    batch = unsignalled_overdue(before, using).order_by("due_at")
-    if connections[using].features.has_select_for_update_skip_locked:
-        with transaction.atomic(using=using):
-            won = list(batch.select_for_update(skip_locked=True)[:OVERDUE_BATCH])
-            if won:
-                Task.objects.using(using).filter(pk__in=[task.pk for task in won]).update(
-                    overdue_signalled_for=F("due_at")
-                )
-    else:
-        # Each UPDATE in its own transaction: a DEFERRED transaction that read first could
-        # not wait for the write lock, and would fail at once under a concurrent claim.
-        won = [
-            task
-            for task in batch[:OVERDUE_BATCH]
-            if unsignalled_overdue(before, using)
-            .filter(pk=task.pk, due_at=task.due_at)
-            .update(overdue_signalled_for=task.due_at)
-        ]
+    # interval, in a backlog of 100,000).
+    batch = list(unsignalled_overdue(before, using).order_by("due_at")[:OVERDUE_BATCH])
+    won = [task for task in batch if task.due_at is not None and _win(task, using)]
+    if won:
+        _mark(won, using)
     _log_overdue(won)
     for task in won:
         task.overdue_signalled_for = task.due_at
         notifier.send(task_overdue, task=task, due_at=task.due_at)
     return won
+
+
+def _win(task: Task, using: str) -> bool:
+    """Insert the episode's OverdueAlert row; return whether this insert was the one."""
+    connection = connections[using]
+    table = connection.ops.quote_name(OverdueAlert._meta.db_table)
+    columns = ", ".join(
+        connection.ops.quote_name(name) for name in ("task_id", "due_at", "signalled_at")
+    )
+    values = "(%s, %s, %s)"
+    if connection.vendor == "mysql":
+        sql = f"INSERT IGNORE INTO {table} ({columns}) VALUES {values}"
+    else:  # PostgreSQL, SQLite
+        sql = f"INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT DO NOTHING"
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [task.pk, adapt(task.due_at), adapt(timezone.now())])
+        return bool(cursor.rowcount == 1)
+
+
+def _mark(won: list[Task], using: str) -> None:
+    """Store each won episode on its task too, where the row can be taken without waiting.
+
+    For processes of an earlier release, which look only there; a row held elsewhere keeps
+    its old mark, and the OverdueAlert row speaks for it. A task whose due time moved since
+    it was read (claimed meanwhile) is left alone: its new due time is a new episode.
+    """
+    same_episode = Q()
+    for task in won:
+        same_episode |= Q(pk=task.pk, due_at=task.due_at)
+    tasks = Task.objects.using(using)
+    if connections[using].features.has_select_for_update_skip_locked:
+        with transaction.atomic(using=using):
+            free = list(
+                tasks.select_for_update(skip_locked=True)
+                .filter(pk__in=[task.pk for task in won])
+                .values_list("pk", flat=True)
+            )
+            if free:
+                tasks.filter(same_episode, pk__in=free).update(overdue_signalled_for=F("due_at"))
+    else:
+        # SQLite locks the whole database, not rows: nothing is held for long.
+        tasks.filter(same_episode).update(overdue_signalled_for=F("due_at"))
+
+
+def forget_episodes(episodes: list[tuple[int, dt.datetime]], using: str) -> None:
+    """Give back overdue episodes whose signal was never sent, so another scheduler sends it.
+
+    Called at shutdown for the task_overdue signals still queued when the receivers' time ran
+    out: the episode was won here, and nobody would ever send it.
+    """
+    for task_id, due_at in episodes:
+        OverdueAlert.objects.using(using).filter(task_id=task_id, due_at=due_at).delete()
+        Task.objects.using(using).filter(pk=task_id, overdue_signalled_for=due_at).update(
+            overdue_signalled_for=None
+        )
+
+
+def give_back(abandoned: list[tuple[Any, dict[str, Any]]], using: str) -> None:
+    """Give the fleet the alert episodes whose signal this process will never send.
+
+    At shutdown, signals still queued when the receivers' time ran out were won here: their
+    episodes are marked signalled, and no other scheduler would ever send them. An overdue
+    episode is forgotten, so the next look of any scheduler sends it; a failing episode is
+    unmarked, so the writer of the task's next failure sends it (as after a forced exit).
+    run_lost and run_finished have no episode to give back: the warning names them.
+    """
+    overdue = [
+        (kwargs["task"].pk, kwargs["due_at"]) for sig, kwargs in abandoned if sig is task_overdue
+    ]
+    failing = [kwargs["task"].pk for sig, kwargs in abandoned if sig is task_failing]
+    if overdue:
+        forget_episodes(overdue, using)
+    if failing:
+        Task.objects.using(using).filter(pk__in=failing, failing_signalled=True).update(
+            failing_signalled=False
+        )
+
+
+def prune_ended_episodes(using: str) -> int:
+    """Delete the OverdueAlert rows of episodes that ended: the task's due time moved on."""
+    ongoing = Task.objects.using(using).filter(pk=OuterRef("task_id"), due_at=OuterRef("due_at"))
+    deleted, _ = OverdueAlert.objects.using(using).exclude(Exists(ongoing)).delete()
+    return deleted
 
 
 def _log_overdue(won: list[Task]) -> None:

@@ -1,4 +1,5 @@
-"""History pruning: finished runs past HISTORY_DAYS, and rows of processes long gone."""
+"""History pruning: finished runs past HISTORY_DAYS, rows of processes long gone, and the marks
+of overdue episodes that ended."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from django.db.models import Q
 
 from django_posixcron.models import DeclarationSet, Run, SchedulerProcess
+from django_posixcron.scheduling.alerts import prune_ended_episodes
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.maintenance")
@@ -36,11 +38,15 @@ class Pruner:
         self._clock = clock
 
     def prune(self, now: dt.datetime) -> int:
-        """Delete finished runs older than HISTORY_DAYS, a batch at a time."""
+        """Delete finished runs older than HISTORY_DAYS, a batch at a time, and the marks of
+        overdue episodes that ended."""
+        if self.next_at is not None and now < self.next_at:
+            return 0
         days = self.history_days
         if not days or days <= 0:
-            return 0
-        if self.next_at is not None and now < self.next_at:
+            # Whatever HISTORY_DAYS says, the marks of ended overdue episodes are not history.
+            prune_ended_episodes(self.using)
+            self.next_at = now + PRUNE_EVERY
             return 0
         cutoff = now - dt.timedelta(days=days)
         total = 0
@@ -62,6 +68,7 @@ class Pruner:
             if not more:
                 break
         if not more:
+            prune_ended_episodes(self.using)
             # By the real clock, not the tick's `now`: whether a process has been silent for a
             # day is a fact about real time, and a tick driven at another instant (a test, a
             # replay) must not delete the rows of live processes.

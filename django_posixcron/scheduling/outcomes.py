@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -18,7 +19,13 @@ from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
 from django_posixcron.scheduling.counting import count_runs
-from django_posixcron.signals import run_finished, run_lost, task_failing
+from django_posixcron.signals import (
+    run_finished,
+    run_lost,
+    run_started,
+    task_failing,
+    task_overdue,
+)
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.outcomes")
@@ -116,21 +123,29 @@ class Notifier:
             self._idle.clear()
         self._queue.put((sig, kwargs))
 
-    def stop(self, timeout: float) -> bool:
-        """Send what is queued (waiting up to `timeout`), then end the thread."""
+    def stop(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Send what is queued (waiting up to `timeout`), then end the thread.
+
+        Return the signals still queued when the time ran out, taken off the queue so this
+        process never sends them: the shutdown gives their episodes back to the fleet.
+        """
         thread, self._thread = self._thread, None
         if thread is None:
-            return True
-        drained = self._idle.wait(timeout)
-        if not drained:
+            return []
+        abandoned: list[tuple[Any, dict[str, Any]]] = []
+        if not self._idle.wait(timeout):
+            with contextlib.suppress(queue.Empty):
+                while (item := self._queue.get_nowait()) is not None:
+                    abandoned.append(item)
             logger.warning(
-                "signal receivers still busy after %.0f s; %d signal(s) not sent",
+                "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
                 timeout,
-                self._pending,
+                len(abandoned),
+                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned) or "none queued",
                 extra={"action": "signals_abandoned"},
             )
         self._queue.put(None)
-        return drained
+        return abandoned
 
     def _serve(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -144,6 +159,24 @@ class Notifier:
                         # Receivers may query; their connection must not outlive the burst.
                         close_old_connections()
         connections.close_all()
+
+
+SIGNAL_NAMES = {
+    run_started: "run_started",
+    run_finished: "run_finished",
+    run_lost: "run_lost",
+    task_failing: "task_failing",
+    task_overdue: "task_overdue",
+}
+
+
+def _describe(sig: Any, kwargs: dict[str, Any]) -> str:
+    """Name a signal and what it is about, for the log line of those not sent."""
+    name = SIGNAL_NAMES.get(sig, "signal")
+    subject = kwargs.get("task") or getattr(kwargs.get("run"), "task", None)
+    run = kwargs.get("run")
+    about = getattr(subject, "name", "?")
+    return f"{name}(task={about}{f', run={run.pk}' if run is not None else ''})"
 
 
 def log_finished(run: Run) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from django_posixcron.scheduling import rules
+from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
 
@@ -165,7 +165,16 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
             break
     if scheduler.heartbeat is not None:
         scheduler.heartbeat.stop()
-    scheduler.notifier.stop(receivers_drain)
+    abandoned = scheduler.notifier.stop(receivers_drain)
+    if abandoned:
+        try:
+            alerts.give_back(abandoned, scheduler.using)
+        except DatabaseError as exc:
+            logger.error(
+                "could not give the alerts not sent back to the other schedulers: %s",
+                str(exc).strip() or type(exc).__name__,
+                extra={"action": "shutdown_db_error"},
+            )
     scheduler.executor.close()
     logger.info(
         "scheduler stopped process=%s",

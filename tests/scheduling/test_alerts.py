@@ -14,7 +14,7 @@ from django.dispatch import Signal
 from freezegun import freeze_time
 
 from django_posixcron.db import app_alias
-from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.models import OverdueAlert, Run, RunStatus, Task
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.scheduling import alerts
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
@@ -196,10 +196,10 @@ def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
     first, second = make_scheduler(), make_scheduler()
     late = T0 + dt.timedelta(seconds=30)
 
-    if connection.features.has_select_for_update_skip_locked:
-        # Set-based where rows can be locked: one locking read and one UPDATE for the batch.
-        with django_assert_max_num_queries(4):
-            alerts.signal_overdue(late, app_alias(), first.notifier)
+    # One read, an insert per episode (the fleet-wide "once"), and the tasks' own marks in
+    # one locking read and one UPDATE for the batch.
+    with django_assert_max_num_queries(alerts.OVERDUE_BATCH + 5):
+        alerts.signal_overdue(late, app_alias(), first.notifier)
     first.tick(late + dt.timedelta(seconds=1))
     second.tick(late + dt.timedelta(seconds=2))
     first.tick(late + dt.timedelta(seconds=3))
@@ -242,15 +242,18 @@ def test_many_overdue_tasks_are_one_warning_and_each_an_info_line(
         assert message.endswith(f"and {count - alerts.OVERDUE_WARNINGS} more")
 
 
-def test_a_row_another_process_holds_is_signalled_once_it_is_let_go(
+def test_a_row_another_process_holds_is_signalled_while_held_and_only_once(
     tasks, make_scheduler, received
 ):
+    """DESIGN 7: "detected by a plain read, so a locked row is still seen". A scheduler frozen
+    in the middle of its claim holds its rows locked for as long as it is frozen: those are
+    the tasks the alert is for."""
     if not connection.features.has_select_for_update_skip_locked:
-        pytest.skip("SQLite locks no rows: a conditional UPDATE per row decides there")
+        pytest.skip("SQLite locks no rows")
     for name in ("held", "free"):
         tasks(name, next_run_at=T0)
     Task.objects.update(definition_hash="another-deploy")
-    scheduler = make_scheduler()
+    first, second = make_scheduler(), make_scheduler()
     locked, release, done = threading.Event(), threading.Event(), threading.Event()
 
     def hold() -> None:  # a claim in progress elsewhere holds the row
@@ -265,19 +268,46 @@ def test_a_row_another_process_holds_is_signalled_once_it_is_let_go(
 
     holder = threading.Thread(target=hold)
     holder.start()
+    late = T0 + dt.timedelta(seconds=30)
     try:
         assert locked.wait(30)
-        late = T0 + dt.timedelta(seconds=30)
-        # The loop is not held up by the locked row; the others are signalled.
-        sent = alerts.signal_overdue(late, app_alias(), scheduler.notifier)
-        assert [t.name for t in sent] == ["free"]
+        # The loop is not held up by the locked row, and signals it with the others.
+        sent = alerts.signal_overdue(late, app_alias(), first.notifier)
+        assert sorted(t.name for t in sent) == ["free", "held"]
+        # Another scheduler looking while the row is still held sends nothing again.
+        assert alerts.signal_overdue(late, app_alias(), second.notifier) == []
     finally:
         release.set()
         holder.join(30)
     assert done.is_set()
-    sent = alerts.signal_overdue(late, app_alias(), scheduler.notifier)
-    assert [t.name for t in sent] == ["held"]
+    assert alerts.signal_overdue(late, app_alias(), second.notifier) == []
+    assert alerts.signal_overdue(late, app_alias(), first.notifier) == []
     assert sorted(s["task"].name for s in received["overdue"]) == ["free", "held"]
+    # The free row carries the mark processes of an earlier release read; the held one could
+    # not be written, and its OverdueAlert row speaks for it.
+    marks = dict(Task.objects.values_list("name", "overdue_signalled_for"))
+    assert marks == {"free": T0, "held": None}
+    assert OverdueAlert.objects.count() == 2
+
+
+def test_the_marks_of_ended_episodes_are_pruned_and_a_new_due_time_is_a_new_episode(
+    tasks, make_scheduler, received
+):
+    tasks("stuck", next_run_at=T0)
+    tasks("still", next_run_at=T0)
+    Task.objects.update(definition_hash="another-deploy")
+    scheduler = make_scheduler()
+    late = T0 + dt.timedelta(seconds=30)
+    alerts.signal_overdue(late, app_alias(), scheduler.notifier)
+    assert OverdueAlert.objects.count() == 2
+
+    # The episode of "stuck" ends: its due time moves (a request before the cursor).
+    Task.objects.get(name="stuck").request_run(T0 - MINUTE)
+    assert alerts.prune_ended_episodes(app_alias()) == 1
+    assert list(OverdueAlert.objects.values_list("task__name", "due_at")) == [("still", T0)]
+    sent = alerts.signal_overdue(late, app_alias(), scheduler.notifier)
+    assert [(t.name, t.due_at) for t in sent] == [("stuck", T0 - MINUTE)]
+    assert alerts.prune_ended_episodes(app_alias()) == 0
 
 
 def test_a_task_due_within_the_poll_interval_is_not_overdue(tasks, make_scheduler, received):
@@ -335,3 +365,45 @@ def test_the_forced_exit_sends_nothing_and_leaves_the_episode_to_the_next_writer
     interrupted(3, Notifier())  # the next writer has a notifier: the episode is told
     assert [(s["failures"], s["paused"]) for s in received["failing"]] == [(4, False)]
     assert Task.objects.get(pk=task.pk).failing_signalled
+
+
+def test_alerts_a_stopping_scheduler_could_not_send_are_given_back_to_the_fleet(
+    tasks, make_scheduler, received, caplog
+):
+    """A slow receiver at shutdown: the episodes still queued were marked signalled here, and
+    without giving them back no scheduler of the fleet would ever send them."""
+    for name in ("first", "second"):
+        tasks(name, next_run_at=T0)
+    failing = tasks("failing", next_run_at=T0 + HOUR)
+    Task.objects.update(definition_hash="another-deploy")
+    Task.objects.filter(pk=failing.pk).update(consecutive_failures=3, failing_signalled=True)
+    stopping, peer = make_scheduler(), make_scheduler()
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(sender: object, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    task_overdue.connect(slow, weak=False)
+    stopping.notifier.start()
+    try:
+        late = T0 + dt.timedelta(seconds=30)
+        won = alerts.signal_overdue(late, app_alias(), stopping.notifier)
+        assert len(won) == 2
+        stopping.notifier.send(task_failing, task=Task.objects.get(pk=failing.pk), failures=3)
+        assert entered.wait(30)  # the first overdue signal is with the slow receiver
+        with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+            abandoned = stopping.notifier.stop(0.1)
+        assert [sig for sig, _ in abandoned] == [task_overdue, task_failing]
+        alerts.give_back(abandoned, app_alias())
+    finally:
+        release.set()
+        Signal.disconnect(task_overdue, slow)
+    [warning] = [r for r in caplog.records if getattr(r, "action", "") == "signals_abandoned"]
+    left = abandoned[0][1]["task"].name
+    assert f"task_overdue(task={left}), task_failing(task=failing)" in warning.getMessage()
+
+    # The peer's next look sends the overdue episode given back, and only that one.
+    sent = alerts.signal_overdue(late, app_alias(), peer.notifier)
+    assert [t.name for t in sent] == [left]
+    assert not Task.objects.get(pk=failing.pk).failing_signalled
