@@ -227,7 +227,10 @@ class CronExpression:
         A naive datetime is a wall-clock time. An aware one is judged in its own zone with
         the DST rule, so it matches exactly when ``next_after`` would return its minute.
         """
-        tz = when.tzinfo
+        try:
+            tz = when.tzinfo
+        except AttributeError:
+            raise _not_a_datetime("matches", when) from None
         offset = None if tz is None or type(tz) is dt.timezone else tz.utcoffset(when)
         if offset is None or tz is None:
             return self._wall_matches(when.year, when.month, when.day, when.hour, when.minute)
@@ -251,7 +254,10 @@ class CronExpression:
         Debian cron across DST changes. Raises OverflowError when that occurrence would be
         past the year 9999.
         """
-        tz = when.tzinfo
+        try:
+            tz = when.tzinfo
+        except AttributeError:
+            raise _not_a_datetime("next_after", when) from None
         if tz is not None and type(tz) is not dt.timezone:
             offset = tz.utcoffset(when)
             if offset is not None:
@@ -390,3 +396,10 @@ def _shift(when: dt.datetime, years: int) -> dt.datetime:
     if year > dt.MAXYEAR:
         raise OverflowError("no occurrence before the year 10000")
     return when.replace(year=year)
+
+
+def _not_a_datetime(method: str, when: object) -> TypeError:
+    hint = " (a date has no time: use datetime.combine)" if isinstance(when, dt.date) else ""
+    return TypeError(
+        f"CronExpression.{method}() takes a datetime, not {type(when).__name__} {when!r}{hint}"
+    )

@@ -185,7 +185,8 @@ def _explain(field: Field, text: str) -> None:
 def _explain_element(field: Field, element: str) -> None:
     name = field.name
     if "*" in element and "/" not in element:
-        raise CronSyntaxError(name, element, "'*' must stand alone, not inside a range")
+        where = "inside a range" if "-" in element else "next to other characters"
+        raise CronSyntaxError(name, element, f"'*' must stand alone, not {where}")
     if "/" in element:
         raise CronSyntaxError(name, element, _step_reason(field, element))
     for char, meaning in (("?", "any"), ("#", "nth weekday")):

@@ -8,7 +8,12 @@ from typing import Any
 
 from django_posixcron.declarations.ids import E_KWARGS_JSON, E_KWARGS_TYPE
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
-from django_posixcron.declarations.values import NUL_DETAIL, has_nul
+from django_posixcron.declarations.values import (
+    NUL_DETAIL,
+    SURROGATE_DETAIL,
+    has_nul,
+    has_surrogate,
+)
 
 JSON_HINT = (
     "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
@@ -53,6 +58,9 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
     if has_nul(normalised):
         hint = "Remove the NUL character, or pass such data another way (e.g. base64)."
         raise Invalid(E_KWARGS_JSON, Form.GOT, NUL_DETAIL, hint)
+    if has_surrogate(normalised):
+        hint = "Decode the text properly (it is not valid Unicode), or pass it as base64."
+        raise Invalid(E_KWARGS_JSON, Form.GOT, SURROGATE_DETAIL, hint)
     return normalised
 
 

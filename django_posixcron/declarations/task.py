@@ -44,9 +44,11 @@ from django_posixcron.declarations.schedule import frequency_guard, schedule
 from django_posixcron.declarations.table import Key, Report, Rule, Table
 from django_posixcron.declarations.values import (
     NUL_DETAIL,
+    SURROGATE_DETAIL,
     boolean,
     choice,
     delay,
+    has_surrogate,
     optional,
     positive_int,
 )
@@ -122,6 +124,9 @@ def description(value: object, path: KeyPath) -> str:
     if "\x00" in value:
         hint = "Remove the NUL character from the description."
         raise Invalid(E_DESCRIPTION, Form.GOT, NUL_DETAIL, hint, shown=value)
+    if has_surrogate(value):
+        hint = "Write the description as valid Unicode text."
+        raise Invalid(E_DESCRIPTION, Form.GOT, SURROGATE_DETAIL, hint, shown=value)
     return value
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
@@ -106,14 +107,31 @@ def choice(id: str, choices: Sequence[str], hint: str) -> Validator:
 
 def has_nul(value: Any) -> bool:
     """Return whether a str anywhere in `value` (keys included) holds a NUL character."""
+    return _any_str(value, lambda text: "\x00" in text)
+
+
+def has_surrogate(value: Any) -> bool:
+    """Return whether a str anywhere in `value` (keys included) holds a lone surrogate."""
+    return _any_str(value, lambda text: not text.isascii() and _SURROGATE.search(text) is not None)
+
+
+def _any_str(value: Any, test: Callable[[str], bool]) -> bool:
     if isinstance(value, str):
-        return "\x00" in value
+        return test(value)
     if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+        return any(_any_str(k, test) or _any_str(v, test) for k, v in value.items())
     if isinstance(value, list):
-        return any(has_nul(item) for item in value)
+        return any(_any_str(item, test) for item in value)
     return False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # PostgreSQL refuses \u0000 in text and jsonb: reconciling would crash on it.
 NUL_DETAIL = "holds a NUL character ('\\x00'), which the database cannot store"
+# Half of a UTF-16 pair ('\ud800', as surrogateescape decoding leaves in a str): no encoding
+# the database speaks can write it, and reconciling crashed with a UnicodeEncodeError.
+SURROGATE_DETAIL = (
+    "holds a lone surrogate (a character from '\\ud800' to '\\udfff'), which the database "
+    "cannot store"
+)

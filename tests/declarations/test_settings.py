@@ -198,6 +198,24 @@ CASES = [
         "Remove the NUL character",
     ),
     (
+        "posixcron.E020",
+        one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", description="x\ud800"),
+        "holds a lone surrogate",
+        "'x\\ud800'",
+        "valid Unicode",
+    ),
+    (
+        "posixcron.E015",
+        one_task(
+            schedule="0 3 * * *",
+            callable="tests.testapp.jobs.record",
+            kwargs={"label": ["fine", {"k\udcff": 1}]},
+        ),
+        "holds a lone surrogate",
+        "'label'",
+        "not valid Unicode",
+    ),
+    (
         "posixcron.E013",
         one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", kwargs={"full": True}),
         "cannot be called with the declared kwargs",

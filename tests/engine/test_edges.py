@@ -295,3 +295,21 @@ def test_equal_exactly_when_the_occurrences_are_the_same():
         assert CronExpression(str(expression)) == expression
         assert hash(CronExpression(str(expression))) == hash(expression)
     assert sorted(map(sorted, by_meaning.values())) == sorted(map(sorted, by_text.values()))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (dt.date(2026, 1, 1), "not date datetime.date(2026, 1, 1) (a date has no time"),
+        ("2026-01-01 03:00", "not str '2026-01-01 03:00'"),
+        (None, "not NoneType None"),
+    ],
+)
+def test_the_engine_says_it_takes_a_datetime(value, shown):
+    expr = CronExpression("0 3 * * *")
+    for method in ("next_after", "matches"):
+        with pytest.raises(TypeError, match=rf"CronExpression\.{method}\(\) takes a datetime, "):
+            getattr(expr, method)(value)
+        with pytest.raises(TypeError) as raised:
+            getattr(expr, method)(value)
+        assert shown in str(raised.value)

@@ -224,6 +224,12 @@ def test_not_a_string(value, name):
             "*-5",
             "Bad minute '*-5': '*' must stand alone, not inside a range",
         ),
+        (
+            "*5 * * * *",
+            "minute",
+            "*5",
+            "Bad minute '*5': '*' must stand alone, not next to other characters",
+        ),
         ("1,,2 * * * *", "minute", "1,,2", "Bad minute '1,,2': empty element in the list"),
         ("1, * * * *", "minute", "1,", "Bad minute '1,': empty element in the list"),
         (
