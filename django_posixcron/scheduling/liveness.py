@@ -48,6 +48,17 @@ def mark_stopped(using: str, process: SchedulerProcess) -> None:
     )
 
 
+def release_declarations(using: str, process: SchedulerProcess) -> None:
+    """Stop holding this process's declarations, as a stopping process does first.
+
+    "[A deferred change is applied] at once when that process stops cleanly": a process in
+    its grace period claims nothing new, so the fleet need not wait for its runs to end
+    before applying what it deferred. Its row stays live (its runs are still its own).
+    """
+    SchedulerProcess.objects.using(using).filter(pk=process.pk).update(declaration_set="")
+    process.declaration_set = ""
+
+
 class Heartbeat:
     """Beat for one process row every `every` seconds on a thread and connection of its own."""
 

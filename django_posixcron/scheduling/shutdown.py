@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from django_posixcron.scheduling import alerts, rules
-from django_posixcron.scheduling.liveness import mark_stopped
+from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
 
 if TYPE_CHECKING:
@@ -118,6 +118,9 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     """
     assert scheduler.process is not None
     runs, grace = scheduler.runs, scheduler.grace
+    # With the database away, the stop recorded below releases them as well.
+    with contextlib.suppress(DatabaseError):
+        release_declarations(scheduler.using, scheduler.process)
     running = len(runs.pks())
     if running:
         logger.info(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import threading
 
 import pytest
 from django.core.management import call_command
+from django.db import connections
+from django.utils import timezone
 
 from django_posixcron.models import DeclarationSet, SchedulerProcess, Task
 from django_posixcron.scheduling.liveness import mark_stopped
+from tests.harness.declaring import declare, task
+from tests.harness.waiting import wait_until
 from tests.reconcile.test_deferral import V1, V2
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,3 +79,45 @@ def test_a_canary_taken_away_has_its_extra_task_retired(make_scheduler):
         "b": (V2["b"].definition_hash, False),
         "c": (V1["c"].definition_hash, True),
     }
+
+
+def test_a_holder_in_its_grace_period_releases_its_declarations_at_once(make_scheduler, gate):
+    """A SIGTERM'd process claims nothing new: the fleet applies what it deferred for it
+    while its last runs finish, not when its grace period ends (up to 25 s late)."""
+    gate_name, opened = gate
+    slow = task("* * * * *", callable="tests.testapp.jobs.blocked", kwargs={"gate_name": gate_name})
+    old_declarations = {**V1, **declare(slow=slow)}
+    old = make_scheduler(declarations=old_declarations, grace=30)
+    old.start()
+    old.reconcile()
+    new = make_scheduler(declarations={**V2, **declare(slow=slow)})
+    new.start()
+    new.reconcile()
+    assert hashes()["a"] == (V1["a"].definition_hash, True)  # deferred: old holds it
+    at = timezone.now()  # the every-minute tasks are due at the next minute
+    Task.objects.filter(name="slow").update(run_requested_at=at, due_at=at)
+    assert "slow" in [r.task.name for r in old.tick(at).claimed]
+    new.tick(at)  # notes who is live
+
+    def stop() -> None:
+        try:
+            old.shutdown()
+        finally:
+            connections.close_all()  # this thread's own
+
+    stopping = threading.Thread(target=stop)
+    stopping.start()
+    try:
+        wait_until(
+            lambda: not SchedulerProcess.objects.get(pk=old.process.pk).declaration_set,
+            what="the stopping process to release its declarations",
+        )
+        assert stopping.is_alive()  # still in its grace period, its run going
+        new.tick(at + dt.timedelta(seconds=1))
+        assert hashes()["a"] == (V2["a"].definition_hash, True)
+        row = SchedulerProcess.objects.get(pk=old.process.pk)
+        assert row.stopped_at is None  # its run is still its own
+    finally:
+        opened.set()
+        stopping.join(30)
+    assert not stopping.is_alive()
