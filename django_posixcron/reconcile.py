@@ -165,8 +165,14 @@ class Plan:
             text = ", ".join(f"{n} {words[word]}" for word, n in counts.items())
             return f"Reconciling {self._declared()} would leave: {text}."
         text = ", ".join(f"{n} {word}" for word, n in counts.items())
-        if self.deferred:
-            text += f", {len(self.deferred)} deferred"
+        # Changes of declared tasks add up with the counts; retirements of tasks this process
+        # does not declare are counted apart.
+        changes = sum(1 for d in self.deferred if d.name in self.declarations)
+        retirements = len(self.deferred) - changes
+        if changes:
+            text += f", {changes} deferred"
+        if retirements:
+            text += f", {retirements} retirement{'' if retirements == 1 else 's'} deferred"
         return f"Reconciled {self._declared()}: {text}."
 
     def _declared(self) -> str:

@@ -180,7 +180,8 @@ def _describe(sig: Any, kwargs: dict[str, Any]) -> str:
 
 
 def log_finished(run: Run) -> None:
-    duration = run.duration.total_seconds() if run.duration is not None else 0.0
+    # A lost run has no duration (nobody saw it end): "-", as the admin shows it.
+    duration = f"{run.duration.total_seconds():.3f}s" if run.duration is not None else "-"
     level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
     first_line = run.error.splitlines()[0] if run.error else ""
     if len(first_line) > LOG_ERROR_LIMIT:
@@ -188,7 +189,7 @@ def log_finished(run: Run) -> None:
         first_line = first_line[:LOG_ERROR_LIMIT] + "..."
     logger.log(
         level,
-        "run finished task=%s trigger=%s status=%s duration=%.3fs run=%s%s",
+        "run finished task=%s trigger=%s status=%s duration=%s run=%s%s",
         run.task.name,
         run.trigger,
         run.status,

@@ -141,6 +141,27 @@ def test_a_failing_task_is_unhealthy_unless_ignored(now):
     assert "failing  broken" in out
 
 
+def test_a_task_paused_by_its_failures_says_so_instead_of_a_retry_time(now):
+    make_process(now)
+    reason = "Paused automatically after 2 failed runs in a row (pause_after_failures = 2)."
+    make_task(
+        "paused-broken",
+        now,
+        last_run_status=RunStatus.FAILED,
+        last_run_finished_at=now - dt.timedelta(minutes=2),
+        retry_at=now - dt.timedelta(minutes=1),
+        paused=True,
+        paused_reason=reason,
+    )
+    code, out = status()
+    assert code == 1
+    assert f"failing  paused-broken  last run failed 120.0 s ago, paused: {reason}" in out
+    assert "retry at" not in out
+    code, out = status("--json")
+    [failing] = json.loads(out.split("\nerror:")[0])["failing"]
+    assert (failing["paused"], failing["paused_reason"]) == (True, reason)
+
+
 def test_this_host_wants_a_live_scheduler_here(now):
     make_process(now, hostname="some-other-host")
     assert status()[0] == 0

@@ -77,6 +77,11 @@ def test_an_old_process_restarting_mid_rollout_reverts_and_retires_nothing():
         ("b", None),
     }
     assert "retiring it" in next(d.line for d in result.deferred if d.name == "b")
+    # Only the tasks declared here add up to the declared count; "b" is not one of them.
+    assert result.summary() == (
+        "Reconciled 2 declared tasks: 0 created, 0 updated, 0 restored, 0 retired, "
+        "1 unchanged, 1 deferred, 1 retirement deferred."
+    )
 
 
 def test_the_change_applies_once_no_live_process_holds_the_stored_version():

@@ -317,7 +317,9 @@ def test_a_task_due_within_the_poll_interval_is_not_overdue(tasks, make_schedule
     assert received["overdue"] == []
 
 
-def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(tasks, make_scheduler, received):
+def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(
+    tasks, make_scheduler, received, caplog
+):
     task = tasks("orphan", next_run_at=T0 + HOUR)
     dead = SchedulerProcessFactory.create(last_heartbeat_at=T0 - HOUR)
     run = Run.objects.create(
@@ -339,6 +341,8 @@ def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(tasks, make_schedu
     assert (lost.finished_at, lost.duration) == (T0, None)
     [sent] = received["lost"]
     assert sent["run"].pk == run.pk
+    [line] = [r for r in caplog.records if getattr(r, "action", "") == "run_finished"]
+    assert f"task=orphan trigger=cron status=lost duration=- run={run.pk}" in line.getMessage()
 
 
 def test_the_forced_exit_sends_nothing_and_leaves_the_episode_to_the_next_writer(tasks, received):

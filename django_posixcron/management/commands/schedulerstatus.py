@@ -211,7 +211,11 @@ class Command(BaseCommand):
             write(f"  overdue  {task.name}  due {task.due_at.isoformat()} ({lag:.1f} s late)")
         for task in status.failing:
             label = RunStatus(task.last_run_status).label if task.last_run_status else "?"
-            retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
+            if task.paused:
+                # A paused task's retry is on hold: the instant would read as missed.
+                retry = f", paused: {task.paused_reason}" if task.paused_reason else ", paused"
+            else:
+                retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
             write(
                 f"  failing  {task.name}  last run {label} "
                 f"{_ago(now, task.last_run_finished_at)}{retry}"
@@ -264,6 +268,8 @@ class Command(BaseCommand):
                     "last_run_status": t.last_run_status,
                     "last_run_finished_at": iso(t.last_run_finished_at),
                     "retry_at": iso(t.retry_at),
+                    "paused": t.paused,
+                    "paused_reason": t.paused_reason,
                 }
                 for t in status.failing
             ],
