@@ -18,13 +18,14 @@ from django.core import checks
 
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.declarations.declaration import Enqueue
+from django_posixcron.declarations.handoff import enqueue as parse_enqueue
 from django_posixcron.declarations.ids import (
     E_DUMMY_BACKEND,
     E_TASKS_MISSING,
     E_UNKNOWN_BACKEND,
     E_UNSUPPORTED_OPTION,
 )
-from django_posixcron.declarations.problems import KeyPath, did_you_mean
+from django_posixcron.declarations.problems import Invalid, KeyPath, did_you_mean
 from django_posixcron.handoff import framework
 
 W_IMMEDIATE_BACKEND = "posixcron.W002"
@@ -67,6 +68,21 @@ def _places(
         own = isinstance(raw_tasks.get(name), Mapping) and "enqueue" in raw_tasks[name]
         path = str(root / "TASKS" / name / "enqueue" if own else root / "ENQUEUE")
         places.setdefault(path, (declaration.enqueue, []))[1].append(name)
+    # A task with a mistake of its own (a callable that does not import) is no declaration,
+    # but the backend it names is checked too: "check lists every mistake at once", not the
+    # backend's only after the callable is fixed.
+    for name, value in raw_tasks.items():
+        if name in declarations or not isinstance(value, Mapping):
+            continue
+        own = "enqueue" in value
+        key = root / "TASKS" / str(name) / "enqueue" if own else root / "ENQUEUE"
+        given = value["enqueue"] if own else raw.get("ENQUEUE", False)
+        try:
+            handed = parse_enqueue(given, key)
+        except Invalid:
+            continue  # the key's own error is reported with the task's others
+        if handed is not None:
+            places.setdefault(str(key), (handed, []))[1].append(str(name))
     return places
 
 

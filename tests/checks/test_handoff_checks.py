@@ -190,3 +190,23 @@ def test_a_defined_backend_that_does_not_import_is_not_called_undefined(posixcro
     assert error.hint == (
         "Fix settings.TASKS['default']['BACKEND']: a dotted path to a Tasks backend class."
     )
+
+
+def test_a_task_with_a_mistake_of_its_own_still_has_its_backend_checked(posixcron, tasks_backends):
+    """One `check` lists every mistake: the unknown backend of a task whose callable does not
+    import, and the queue a top-level ENQUEUE names for a task whose kwargs do not bind."""
+    tasks_backends(default=DB)
+    posixcron(
+        {
+            "export": job(callable="tests.testapp.jobs.nope", enqueue={"backend": "dflt"}),
+            "inherits": job(kwargs={"unexpected": 1}),
+        },
+        ENQUEUE={"queue_name": "nightly"},
+    )
+
+    messages = {m.id: m for m in checks.run_checks() if m.id.startswith("posixcron.")}
+
+    assert {"posixcron.E011", "posixcron.E013", "posixcron.E033", "posixcron.E035"} <= set(messages)
+    assert "settings.POSIXCRON['TASKS']['export']['enqueue']" in messages["posixcron.E033"].msg
+    assert "settings.POSIXCRON['ENQUEUE']" in messages["posixcron.E035"].msg
+    assert "'nightly'" in messages["posixcron.E035"].msg
