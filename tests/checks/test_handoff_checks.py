@@ -204,7 +204,7 @@ def test_a_task_with_a_mistake_of_its_own_still_has_its_backend_checked(posixcro
         ENQUEUE={"queue_name": "nightly"},
     )
 
-    messages = {m.id: m for m in checks.run_checks() if m.id.startswith("posixcron.")}
+    messages = {m.id: m for m in checks.run_checks() if (m.id or "").startswith("posixcron.")}
 
     assert {"posixcron.E011", "posixcron.E013", "posixcron.E033", "posixcron.E035"} <= set(messages)
     assert "settings.POSIXCRON['TASKS']['export']['enqueue']" in messages["posixcron.E033"].msg
