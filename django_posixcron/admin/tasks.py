@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, reverse
@@ -295,6 +296,8 @@ class TaskAdmin(TaskStateActions):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied  # before the header's queries, as Django's own view would
         now = display.clock()
         live = SchedulerProcess.objects.live(now, display.process_stale_after())
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])

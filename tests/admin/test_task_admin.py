@@ -734,3 +734,12 @@ def test_a_run_started_seconds_ago_says_so(superuser):
     html = client_for(superuser).get(LIST).content.decode()
     assert "for 0\xa0minutes" not in html
     assert "for 20 seconds" in html or "for 21 seconds" in html
+
+
+def test_a_staff_user_without_view_task_gets_403_before_any_query_of_the_app(db):
+    client = client_for(_staff("runs-only", "view_run"))
+    client.get("/admin/")  # the session and the user are loaded once
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(LIST)
+    assert response.status_code == 403
+    assert not [q for q in captured.captured_queries if "django_posixcron" in q["sql"]]
