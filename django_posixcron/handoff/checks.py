@@ -60,6 +60,8 @@ def _places(
     """Return {settings path: (its Enqueue, the tasks it applies to)}."""
     raw = getattr(settings, "POSIXCRON", {})
     raw_tasks = raw.get("TASKS", {}) if isinstance(raw, Mapping) else {}
+    if not isinstance(raw_tasks, Mapping):
+        raw_tasks = {}  # TASKS itself is wrong: E003 says so
     root = KeyPath()
     places: dict[str, tuple[Enqueue, list[str]]] = {}
     for name, declaration in declarations.items():
