@@ -41,6 +41,19 @@ FORCED_EXIT_LIMIT = 1.8
 
 _STOP_WATCHING = b"\0"
 
+# The watcher installed in this process, for the fork handler below.
+_installed: SignalWatcher | None = None
+
+
+def _after_fork_in_child() -> None:
+    if _installed is not None:
+        _installed.forget_in_child()
+
+
+# Task code run by the thread executor may fork: multiprocessing pools, os.fork(). The child
+# must not inherit the scheduler's signal handling (see forget_in_child).
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class SignalWatcher:
     """Own SIGTERM and SIGINT: the first asks for a graceful stop, the second a forced exit."""
@@ -66,9 +79,38 @@ class SignalWatcher:
         self._thread.start()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
+        global _installed
+        _installed = self
         return True
 
+    def forget_in_child(self) -> None:
+        """In a process forked from the scheduler, give the signals back their dispositions.
+
+        The child inherits the wakeup fd, the scheduler's own pipe: a SIGTERM the child gets
+        (``Pool.terminate()`` sends one to each worker) was read by the scheduler's watcher
+        as its own, and stopped the scheduler. And it inherits the handlers that do nothing,
+        so the child itself never died of SIGTERM or SIGINT. Runs in the child only, in the
+        thread that forked, which is the child's main thread.
+        """
+        global _installed
+        _installed = None
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
+        for signum, handler in self._previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+        if self._pipe is not None:
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+        self._thread = None
+
     def restore(self) -> None:
+        global _installed
+        if _installed is self:
+            _installed = None
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()

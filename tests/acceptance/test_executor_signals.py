@@ -209,3 +209,35 @@ def test_ctrl_c_in_a_terminal_lets_a_running_task_finish_within_the_grace(
     run = Run.objects.get()
     assert (run.status, run.error) == (RunStatus.SUCCEEDED, ""), schedulers.outputs()
     assert Hit.objects.filter(task_name="blocker", label="finished").count() == 1
+
+
+def test_a_process_forked_by_task_code_keeps_the_schedulers_signals_out(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """The thread executor: a child forked by task code inherited the scheduler's wakeup fd,
+    so the SIGTERM that Pool.terminate() sends each worker stopped the scheduler, and the
+    handlers that do nothing, so the child never died of it."""
+    ended = tmp_path / "child-ended"
+    schedulers.configure(
+        {
+            "forks": task("tests.testapp.jobs.fork_and_terminate", kwargs={"path": str(ended)}),
+            "after": task("tests.testapp.jobs.record", kwargs={"task_name": "after"}),
+        }
+    )
+    (child,) = schedulers.start_live(1)
+    Task.objects.get(name="forks").request_run()
+    schedulers.wait_for(lambda: ended.exists(), what="the run to fork and reap its child")
+    assert ended.read_text() == str(-signal.SIGTERM)  # the child died of its SIGTERM
+    schedulers.wait_for(
+        lambda: Run.objects.filter(task__name="forks", status=RunStatus.SUCCEEDED).exists(),
+        what="the run to succeed",
+    )
+
+    # The scheduler heard nothing, and still runs what is asked of it.
+    Task.objects.get(name="after").request_run()
+    schedulers.wait_for(lambda: Hit.objects.filter(task_name="after").exists(), what="the next run")
+    assert "received" not in child.output(), child.output()
+    assert child.alive()
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 0, child.output()

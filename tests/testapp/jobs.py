@@ -7,6 +7,9 @@ runscheduler processes all name their callables here (`tests.testapp.jobs.NAME`)
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -353,3 +356,18 @@ def cleans_up_slowly(directory: str, cleanup: float = 2.0) -> None:
     signal.signal(signal.SIGTERM, clean_up)
     (folder / "started").write_text(str(os.getpid()))
     time.sleep(120)
+
+
+def fork_and_terminate(path: str, task_name: str = "forks") -> None:
+    """Fork a child that sends itself SIGTERM, as Pool.terminate() does to its workers, then
+    a multiprocessing pool; write how the child ended ("-15": killed by SIGTERM)."""
+    pid = os.fork()
+    if pid == 0:  # the child: it must die of this, and the scheduler must not hear it
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+    Path(path).write_text(str(os.waitstatus_to_exitcode(status)))
+    Hit.objects.create(task_name=task_name)
