@@ -2,9 +2,9 @@
 
 from django.dispatch import Signal
 
-# Sent from the worker thread just before the task's callable is called, with ``run=`` (a
-# ``Run`` whose status is ``running``). Receivers run in that thread; an exception they raise
-# is logged and ignored, so a broken receiver never stops a run.
+# Sent when a run starts, with ``run=`` (a copy of the ``Run``, status ``running``). Receivers
+# run on the scheduler's signal thread, in order, never on the run's own thread, so a slow
+# receiver cannot hold the run back; an exception they raise is logged and ignored.
 run_started = Signal()
 
 # Sent once a run has its final status (succeeded, failed, skipped, lost, interrupted,

@@ -173,7 +173,8 @@ TASK = Table(
             "takes_context",
             boolean(
                 E_TAKES_CONTEXT,
-                "True passes a django_posixcron.RunContext as the callable's first argument.",
+                "True passes a django_posixcron.context.RunContext as the callable's first "
+                "argument.",
             ),
             default=False,
         ),

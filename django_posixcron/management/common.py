@@ -21,6 +21,13 @@ def command_alias(override: str | None) -> str:
         raise CommandError(str(exc)) from None
 
 
+def one_line(exc: BaseException) -> str:
+    """The error's text on one line: the driver's own runs over several ("Connection refused"
+    then "Is the server running..."), and a probe or a log reads one line per error."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
 def add_database_option(parser: CommandParser) -> None:
     """Add --database: "runscheduler --database ALIAS and schedulerstatus --database ALIAS
     override" the alias the routers choose."""

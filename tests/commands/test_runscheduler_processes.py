@@ -87,6 +87,8 @@ def test_once_says_the_database_is_unavailable_and_exits_1_without_a_traceback(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "The database is unavailable" in result.stderr
     assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "is unavailable" in line]
+    assert len(line) > len("CommandError: The database is unavailable: ")  # the reason
     assert not Run.objects.exists()
 
 

@@ -231,7 +231,9 @@ def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
     monkeypatch.setattr(schedulerstatus, "database_now", refuse)
     code, out = status()
     assert code == 1
-    assert out.strip().endswith("error: database unavailable: connection refused")
+    assert out.strip().endswith(
+        "error: database unavailable: connection refused; Is the server running?"
+    )
 
 
 def test_broken_poll_interval_settings_fall_back_to_the_default(posixcron, now):

@@ -18,6 +18,7 @@ from django_posixcron.management.common import (
     check_migrated,
     command_alias,
     non_negative_float,
+    one_line,
     poll_interval,
     positive_int,
 )
@@ -147,7 +148,7 @@ class Command(BaseCommand):
                 check_migrated(using)
                 plan = reconcile(check_only=True, declarations=declarations, using=using)
             except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+                raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
             if plan.is_empty:
                 self.stdout.write("The database matches settings: nothing to reconcile.")
                 return
@@ -200,12 +201,12 @@ class Command(BaseCommand):
         try:
             database = prepare()
         except (OperationalError, InterfaceError) as exc:
-            raise CommandError(f"The database is unavailable: {exc}".strip()) from None
+            raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
         self._summary(scheduler, database)
         try:
             result = scheduler.run_once()
         except (OperationalError, InterfaceError) as exc:
-            raise CommandError(f"The database became unavailable: {exc}".strip()) from None
+            raise CommandError(f"The database became unavailable: {one_line(exc)}") from None
         queued = f", handed off {len(result.queued)} to workers" if result.queued else ""
         self.stdout.write(
             f"Ran {len(result.started)} task(s){queued}, skipped {len(result.skipped)}; exiting."

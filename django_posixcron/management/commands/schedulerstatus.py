@@ -20,6 +20,7 @@ from django_posixcron.management.common import (
     check_migrated,
     command_alias,
     non_negative_float,
+    one_line,
 )
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import stale_after
@@ -183,8 +184,7 @@ class Command(BaseCommand):
             # deploy step, not an outage: say which.
             with contextlib.suppress(DatabaseError):
                 check_migrated(using)
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CommandError(f"database unavailable: {detail}", returncode=1) from exc
+            raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
         if options["json"]:
             self.stdout.write(json.dumps(self._as_dict(status), indent=2))
         else:
