@@ -74,6 +74,8 @@ class Runs:
         self.lock = threading.Lock()
         self.inflight: dict[int, InFlight] = {}
         self.outcomes: list[Outcome] = []
+        # Runs whose outcome was held back by rows locked elsewhere, logged once each.
+        self._held_logged: set[int] = set()
         # Set by the forced exit: from then on a returning run's outcome is not taken here,
         # the forced exit records what it holds and marks the rest interrupted.
         self.sealed = False
@@ -209,9 +211,12 @@ class Runs:
                 now,
                 f"Timed out after {inflight.deadline - run.started_at}.{note}",
             )
+            held: list[Outcome] = []
             try:
-                if write_outcomes([outcome], self.using, self.notifier):
+                if write_outcomes([outcome], self.using, self.notifier, held=held):
                     timed_out.append(run)
+                elif held:
+                    self._hold(held)
             except DatabaseError:
                 self.queue(outcome)
                 raise
@@ -332,8 +337,9 @@ class Runs:
                 return
             if left > 0:
                 left -= len(batch)
+            held: list[Outcome] = []
             try:
-                write_outcomes(batch, self.using, self.notifier)
+                write_outcomes(batch, self.using, self.notifier, held=held)
             except (OperationalError, InterfaceError):
                 # The database is away: keep the outcomes for the tick that finds it back.
                 with self.lock:
@@ -349,6 +355,28 @@ class Runs:
                 )
                 for outcome in batch:
                     self._write_alone(outcome)
+            if held:
+                self._hold(held)
+                return  # tried again at the next flush, after what is queued behind them
+
+    def _hold(self, held: list[Outcome]) -> None:
+        """Keep outcomes whose rows another transaction holds for the next flush; say so once.
+
+        Behind the others queued, so a hundred held outcomes cannot keep every later one out
+        of its batch; a task's outcomes keep their order, since its row holds them all.
+        """
+        with self.lock:
+            self.outcomes.extend(held)
+        new = [o for o in held if o.run.pk not in self._held_logged]
+        if new:
+            self._held_logged.update(o.run.pk for o in new)
+            logger.warning(
+                "%d outcome(s) wait for rows another transaction holds (a scheduler frozen in "
+                "the middle of a write?): %s; trying again at the next tick",
+                len(new),
+                ", ".join(f"run {o.run.pk} of {o.run.task.name}" for o in new),
+                extra={"action": "outcome_held"},
+            )
 
     def _write_alone(self, outcome: Outcome) -> None:
         """Record one outcome; if the database refuses its texts, record it without them."""

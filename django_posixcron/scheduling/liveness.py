@@ -203,7 +203,10 @@ def mark_lost(
     # Judged again once the runs are locked: a worker that started a queued run, or beat
     # for it, between this read and the lock keeps it ("a run whose process is alive is
     # never marked lost").
-    return [o.run for o in write_outcomes(outcomes, using, notifier, confirm=presumed)]
+    # A run whose rows a frozen process holds (in the middle of its own outcome write) is
+    # judged again at the next look, instead of the loop waiting for that process to wake.
+    recorded = write_outcomes(outcomes, using, notifier, confirm=presumed, held=[])
+    return [o.run for o in recorded]
 
 
 def _why_lost(run: Run, silence: str) -> str:

@@ -211,6 +211,7 @@ def write_outcomes(
     notifier: Notifier | None = None,
     *,
     confirm: QuerySet[Run] | None = None,
+    held: list[Outcome] | None = None,
 ) -> list[Outcome]:
     """Record final statuses once; the retry rule applies; return those recorded.
 
@@ -218,23 +219,41 @@ def write_outcomes(
     lost": the run's outcome fields, and the task's last_run_*, retry_at and due_at.
     `confirm`: the runs the outcomes were judged from (lost ones); once locked, a run no
     longer in it keeps its status.
+    `held`: where the database can skip locked rows, outcomes whose task or run row another
+    transaction holds are not waited for but appended here, for the caller to try again
+    later. A scheduler frozen in the middle of a transaction (SIGSTOP, a paused VM) holds its
+    rows until it wakes up: waiting on them stalled every loop of the fleet, without a line
+    in any log. Without `held`, the write waits for the rows.
     """
-    by_pk = {o.run.pk: o for o in outcomes}
+    skip = held is not None and connections[using].features.has_select_for_update_skip_locked
     with transaction.atomic(using=using):
         # Task rows first, then run rows: the order a claim takes them in (it locks tasks,
         # then inserts runs). The other order deadlocks with a concurrent claim on InnoDB.
-        task_rows = _lock_task_rows({o.run.task_id for o in outcomes}, using)
+        task_rows = _lock_task_rows({o.run.task_id for o in outcomes}, using, skip_locked=skip)
+        if skip and len(task_rows) < len({o.run.task_id for o in outcomes}):
+            assert held is not None
+            held += [o for o in outcomes if o.run.task_id not in task_rows]
+            outcomes = [o for o in outcomes if o.run.task_id in task_rows]
+        by_pk = {o.run.pk: o for o in outcomes}
         # Locked, so a run marked timed out meanwhile is never overwritten. By primary key
         # alone, status checked here: with the status in the WHERE clause InnoDB may walk
         # the (status, process) index and lock other processes' running rows on the way,
         # deadlocking with their own outcome writes.
         current = dict(
             Run.objects.using(using)
-            .select_for_update()
+            .select_for_update(skip_locked=skip)
             .filter(pk__in=list(by_pk))
             .order_by("pk")
             .values_list("pk", "status")
         )
+        if skip and len(current) < len(by_pk):
+            # Held elsewhere, or gone: only a row that still exists is worth another try.
+            missing = [pk for pk in by_pk if pk not in current]
+            there = set(
+                Run.objects.using(using).filter(pk__in=missing).values_list("pk", flat=True)
+            )
+            assert held is not None
+            held += [by_pk[pk] for pk in missing if pk in there]
         if confirm is not None:
             # The rows are locked: what still matches the verdict cannot change under it.
             still = set(confirm.filter(pk__in=list(current)).values_list("pk", flat=True))
@@ -300,8 +319,11 @@ def _announce(recorded: list[Outcome], previous: dict[int, str], notifier: Notif
             notifier.finished(o.run)
 
 
-def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]:
-    """Lock tasks in pk order; return their cursor fields by pk.
+def _lock_task_rows(
+    task_ids: set[int], using: str, *, skip_locked: bool = False
+) -> dict[int, dict[str, Any]]:
+    """Lock tasks in pk order; return their cursor fields by pk (with `skip_locked`, only
+    those no other transaction holds).
 
     The row locks make next_run_at and run_requested_at current for the due_at computed
     from them (a claim elsewhere may have just moved the cursor).
@@ -309,7 +331,7 @@ def _lock_task_rows(task_ids: set[int], using: str) -> dict[int, dict[str, Any]]
     return {
         row["pk"]: dict(row)
         for row in Task.objects.using(using)
-        .select_for_update()
+        .select_for_update(skip_locked=skip_locked)
         .filter(pk__in=sorted(task_ids))
         .order_by("pk")
         .values(

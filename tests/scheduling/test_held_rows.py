@@ -1,0 +1,129 @@
+"""Rows another transaction holds: a scheduler frozen in the middle of a write (SIGSTOP, a
+paused VM) keeps its row locks until it wakes up.
+
+DESIGN 5: a stalled database is "never a crash or a silent stall". Waiting on those rows, the
+lost-run check and the outcome writes of every live scheduler blocked, without a log line,
+for as long as the frozen process slept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduler import Scheduler
+from tests.factories import SchedulerProcessFactory
+from tests.harness.tasks import T0, Tasks
+from tests.harness.waiting import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOUR = dt.timedelta(hours=1)
+
+
+@pytest.fixture(autouse=True)
+def _rows_can_be_skipped() -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite locks the whole database, not rows: a write waits its turn")
+
+
+@contextmanager
+def held(name: str) -> Iterator[None]:
+    """Hold the task's row locked from another connection, as a frozen scheduler would."""
+    locked, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Task.objects.select_for_update().get(name=name)
+                locked.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+            done.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+    assert done.is_set()
+
+
+def returns(call: Callable[[], Any], within: float = 20) -> Any:
+    """Run `call` on a thread; fail if it has not returned `within` seconds (it waited on a
+    row lock that is only let go after this)."""
+    result: list[Any] = []
+
+    def target() -> None:
+        try:
+            result.append(call())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), "it waited for the row another transaction holds"
+    return result[0] if result else None
+
+
+def test_the_lost_run_check_does_not_wait_for_a_frozen_processes_rows(
+    tasks: Tasks, make_scheduler: Callable[..., Scheduler]
+) -> None:
+    task = tasks("orphan", next_run_at=T0 + HOUR)
+    dead = SchedulerProcessFactory.create(last_heartbeat_at=T0 - HOUR)
+    run = Run.objects.create(
+        task=task,
+        trigger="cron",
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - HOUR,
+        started_at=T0 - HOUR,
+        process=dead,
+        occurrence=T0 - HOUR,
+    )
+    scheduler = make_scheduler()
+
+    with held("orphan"):
+        result = returns(lambda: scheduler.tick(T0))
+        assert result.lost == []
+        assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+    # Let go: the next look marks it lost.
+    assert [r.pk for r in scheduler.tick(T0 + dt.timedelta(seconds=1)).lost] == [run.pk]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.LOST
+
+
+def test_an_outcome_whose_task_row_is_held_waits_for_the_next_flush(
+    tasks: Tasks, make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks("frozen-peer-holds", next_run_at=T0)
+    tasks("free", next_run_at=T0)
+    scheduler = make_scheduler()
+    assert len(scheduler.tick(T0).claimed) == 2
+    runs = scheduler.runs
+    wait_until(lambda: len(runs.outcomes) == 2 and not runs.pks(), what="both runs to return")
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"), held("frozen-peer-holds"):
+        returns(runs.flush)
+        returns(runs.flush)  # still held: kept, and said once
+        statuses = dict(Run.objects.values_list("task__name", "status"))
+        assert statuses == {"frozen-peer-holds": RunStatus.RUNNING, "free": RunStatus.SUCCEEDED}
+        assert [o.run.task.name for o in runs.outcomes] == ["frozen-peer-holds"]
+
+    [line] = [r for r in caplog.records if getattr(r, "action", "") == "outcome_held"]
+    assert "of frozen-peer-holds" in line.getMessage()
+    runs.flush()
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+    assert runs.outcomes == []
