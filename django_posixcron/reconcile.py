@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone as dj_timezone
 
@@ -64,7 +64,10 @@ CURSOR_FIELDS = ("schedule", "timezone")
 # Key of the PostgreSQL advisory lock: "posixcon" in ASCII, so it is recognisable in pg_locks.
 PG_LOCK_KEY = 0x706F736978636F6E
 MYSQL_LOCK_NAME = "django_posixcron.reconcile"
-# Long enough for another scheduler to reconcile 10,000 tasks on a slow database.
+# Long enough for another scheduler to reconcile 10,000 tasks on a slow database, and a bound
+# on waiting for one frozen in the middle of its reconciliation (SIGSTOP, a paused VM), which
+# holds the lock until it wakes: when its heartbeat goes stale every other scheduler
+# reconciles, and without a bound the whole fleet waited for it. (MySQL and PostgreSQL.)
 MYSQL_LOCK_TIMEOUT = 60
 BATCH_SIZE = 500
 # A backend without a usable lock can still race on the unique name: re-plan and try again.
@@ -405,7 +408,9 @@ def _serialised(alias: str) -> Iterator[None]:
             cursor.execute("SELECT GET_LOCK(%s, %s)", [MYSQL_LOCK_NAME, MYSQL_LOCK_TIMEOUT])
             (got,) = cursor.fetchone()
         if got != 1:
-            raise TimeoutError(
+            # An OperationalError, as PostgreSQL's lock timeout is: the caller backs off and
+            # tries again (at start-up too), rather than exiting into a restart loop.
+            raise OperationalError(
                 f"Another process held the reconcile lock for {MYSQL_LOCK_TIMEOUT} s."
             )
         try:
@@ -418,6 +423,8 @@ def _serialised(alias: str) -> Iterator[None]:
     with transaction.atomic(using=alias):
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
+                # For the lock and the rows locked after it, for this transaction only.
+                cursor.execute(f"SET LOCAL lock_timeout = '{MYSQL_LOCK_TIMEOUT * 1000:d}ms'")
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PG_LOCK_KEY])
         # SQLite: with "transaction_mode": "IMMEDIATE" (the documented setting) BEGIN takes
         # the write lock, which serialises writers.

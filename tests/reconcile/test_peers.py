@@ -121,3 +121,42 @@ def test_a_holder_in_its_grace_period_releases_its_declarations_at_once(make_sch
         opened.set()
         stopping.join(30)
     assert not stopping.is_alive()
+
+
+def test_a_reconciliation_does_not_wait_forever_for_a_frozen_holder_of_the_lock(
+    make_scheduler, monkeypatch
+):
+    """A scheduler frozen in the middle of its reconciliation holds the lock until it wakes;
+    when its heartbeat goes stale every other scheduler reconciles: they give up after a
+    bound and try again at a later tick, instead of all waiting for it."""
+    from django.db import OperationalError, connection
+
+    from django_posixcron import reconcile as reconciling
+
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("SQLite serialises writers with its own write lock and busy timeout")
+    monkeypatch.setattr(reconciling, "MYSQL_LOCK_TIMEOUT", 1)
+    scheduler = make_scheduler(declarations=V1)
+    taken, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def frozen_in_reconcile() -> None:
+        try:
+            with reconciling._serialised("default"):
+                taken.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+            done.set()
+
+    holder = threading.Thread(target=frozen_in_reconcile)
+    holder.start()
+    try:
+        assert taken.wait(30)
+        with pytest.raises(OperationalError):
+            scheduler.reconcile()
+    finally:
+        release.set()
+        holder.join(30)
+    assert done.is_set()
+    scheduler.reconcile()  # the lock let go: done at the next try
+    assert sorted(Task.objects.values_list("name", flat=True)) == ["a", "c"]
