@@ -74,7 +74,9 @@ class Runs:
         self.lock = threading.Lock()
         self.inflight: dict[int, InFlight] = {}
         self.outcomes: list[Outcome] = []
-        # Runs whose outcome was held back by rows locked elsewhere, logged once each.
+        # Runs whose outcome was held back by rows locked elsewhere: how many times, and
+        # which were logged (once each).
+        self._held_times: dict[int, int] = {}
         self._held_logged: set[int] = set()
         # Set by the forced exit: from then on a returning run's outcome is not taken here,
         # the forced exit records what it holds and marks the rest interrupted.
@@ -363,11 +365,17 @@ class Runs:
         """Keep outcomes whose rows another transaction holds for the next flush; say so once.
 
         Behind the others queued, so a hundred held outcomes cannot keep every later one out
-        of its batch; a task's outcomes keep their order, since its row holds them all.
+        of its batch; a task's outcomes keep their order, since its row holds them all. A row
+        held for a moment (an admin's pause, a peer's claim of the next occurrence) is let go
+        by the next flush: only an outcome held twice is worth a WARNING.
         """
         with self.lock:
             self.outcomes.extend(held)
-        new = [o for o in held if o.run.pk not in self._held_logged]
+        for o in held:
+            self._held_times[o.run.pk] = self._held_times.get(o.run.pk, 0) + 1
+        new = [
+            o for o in held if self._held_times[o.run.pk] >= 2 and o.run.pk not in self._held_logged
+        ]
         if new:
             self._held_logged.update(o.run.pk for o in new)
             logger.warning(
