@@ -14,18 +14,13 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone as dj_timezone
 
+from django_posixcron import signals
 from django_posixcron.conf import get_settings
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
 from django_posixcron.scheduling.counting import count_runs
-from django_posixcron.signals import (
-    run_finished,
-    run_lost,
-    run_started,
-    task_failing,
-    task_overdue,
-)
+from django_posixcron.signals import run_finished, run_lost, task_failing
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.outcomes")
@@ -161,18 +156,9 @@ class Notifier:
         connections.close_all()
 
 
-SIGNAL_NAMES = {
-    run_started: "run_started",
-    run_finished: "run_finished",
-    run_lost: "run_lost",
-    task_failing: "task_failing",
-    task_overdue: "task_overdue",
-}
-
-
 def _describe(sig: Any, kwargs: dict[str, Any]) -> str:
     """Name a signal and what it is about, for the log line of those not sent."""
-    name = SIGNAL_NAMES.get(sig, "signal")
+    name = next((name for name, value in vars(signals).items() if value is sig), "signal")
     subject = kwargs.get("task") or getattr(kwargs.get("run"), "task", None)
     run = kwargs.get("run")
     about = getattr(subject, "name", "?")
@@ -229,8 +215,9 @@ def write_outcomes(
     with transaction.atomic(using=using):
         # Task rows first, then run rows: the order a claim takes them in (it locks tasks,
         # then inserts runs). The other order deadlocks with a concurrent claim on InnoDB.
-        task_rows = _lock_task_rows({o.run.task_id for o in outcomes}, using, skip_locked=skip)
-        if skip and len(task_rows) < len({o.run.task_id for o in outcomes}):
+        task_ids = {o.run.task_id for o in outcomes}
+        task_rows = _lock_task_rows(task_ids, using, skip_locked=skip)
+        if skip and len(task_rows) < len(task_ids):
             assert held is not None
             held += [o for o in outcomes if o.run.task_id not in task_rows]
             outcomes = [o for o in outcomes if o.run.task_id in task_rows]

@@ -14,9 +14,10 @@ import pytest
 
 from django_posixcron.cron import CronExpression
 from django_posixcron.declarations import TaskDeclaration
-from django_posixcron.models import Task
+from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.timing import first_cursor
+from tests.factories import SchedulerProcessFactory
 from tests.testapp import jobs
 
 UTC = dt.UTC
@@ -110,3 +111,17 @@ def gate(request: pytest.FixtureRequest) -> Any:
     name = request.node.nodeid
     jobs.GATES.pop(name, None)
     return name, jobs.gate(name)
+
+
+def running_on_a_dead_process(task: Task, started: dt.datetime) -> Run:
+    """A cron run of `task` at `started`, still running on a process silent since then."""
+    dead = SchedulerProcessFactory.create(last_heartbeat_at=started)
+    return Run.objects.create(
+        task=task,
+        trigger="cron",
+        status=RunStatus.RUNNING,
+        scheduled_for=started,
+        started_at=started,
+        process=dead,
+        occurrence=started,
+    )

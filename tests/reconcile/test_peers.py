@@ -14,6 +14,7 @@ from django.utils import timezone
 from django_posixcron.models import DeclarationSet, SchedulerProcess, Task
 from django_posixcron.scheduling.liveness import mark_stopped
 from tests.harness.declaring import declare, task
+from tests.harness.locks import held_elsewhere
 from tests.harness.waiting import wait_until
 from tests.reconcile.test_deferral import V1, V2
 
@@ -137,26 +138,10 @@ def test_a_reconciliation_does_not_wait_forever_for_a_frozen_holder_of_the_lock(
         pytest.skip("SQLite serialises writers with its own write lock and busy timeout")
     monkeypatch.setattr(reconciling, "MYSQL_LOCK_TIMEOUT", 1)
     scheduler = make_scheduler(declarations=V1)
-    taken, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def frozen_in_reconcile() -> None:
-        try:
-            with reconciling._serialised("default"):
-                taken.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-            done.set()
-
-    holder = threading.Thread(target=frozen_in_reconcile)
-    holder.start()
-    try:
-        assert taken.wait(30)
-        with pytest.raises(OperationalError):
-            scheduler.reconcile()
-    finally:
-        release.set()
-        holder.join(30)
-    assert done.is_set()
+    with (
+        held_elsewhere(lambda: reconciling._serialised("default")),
+        pytest.raises(OperationalError),
+    ):
+        scheduler.reconcile()
     scheduler.reconcile()  # the lock let go: done at the next try
     assert sorted(Task.objects.values_list("name", flat=True)) == ["a", "c"]

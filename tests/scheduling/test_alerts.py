@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.dispatch import Signal
 from freezegun import freeze_time
 
@@ -20,7 +20,8 @@ from django_posixcron.scheduling import alerts
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 from django_posixcron.signals import run_lost, task_failing, task_overdue
 from tests.factories import SchedulerProcessFactory
-from tests.harness.tasks import T0, Tasks
+from tests.harness.locks import task_row_held
+from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -254,32 +255,13 @@ def test_a_row_another_process_holds_is_signalled_while_held_and_only_once(
         tasks(name, next_run_at=T0)
     Task.objects.update(definition_hash="another-deploy")
     first, second = make_scheduler(), make_scheduler()
-    locked, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def hold() -> None:  # a claim in progress elsewhere holds the row
-        try:
-            with transaction.atomic():
-                Task.objects.select_for_update().get(name="held")
-                locked.set()
-                release.wait(30)
-        finally:
-            connection.close()
-            done.set()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
     late = T0 + dt.timedelta(seconds=30)
-    try:
-        assert locked.wait(30)
+    with task_row_held(name="held"):  # a claim in progress elsewhere holds the row
         # The loop is not held up by the locked row, and signals it with the others.
         sent = alerts.signal_overdue(late, app_alias(), first.notifier)
         assert sorted(t.name for t in sent) == ["free", "held"]
         # Another scheduler looking while the row is still held sends nothing again.
         assert alerts.signal_overdue(late, app_alias(), second.notifier) == []
-    finally:
-        release.set()
-        holder.join(30)
-    assert done.is_set()
     assert alerts.signal_overdue(late, app_alias(), second.notifier) == []
     assert alerts.signal_overdue(late, app_alias(), first.notifier) == []
     assert sorted(s["task"].name for s in received["overdue"]) == ["free", "held"]
@@ -321,16 +303,7 @@ def test_run_lost_is_sent_once_by_the_scheduler_that_marks_it(
     tasks, make_scheduler, received, caplog
 ):
     task = tasks("orphan", next_run_at=T0 + HOUR)
-    dead = SchedulerProcessFactory.create(last_heartbeat_at=T0 - HOUR)
-    run = Run.objects.create(
-        task=task,
-        trigger="cron",
-        status=RunStatus.RUNNING,
-        scheduled_for=T0 - HOUR,
-        started_at=T0 - HOUR,
-        process=dead,
-        occurrence=T0 - HOUR,
-    )
+    run = running_on_a_dead_process(task, T0 - HOUR)
     first, second = make_scheduler(), make_scheduler()
     first.tick(T0)
     second.tick(T0)

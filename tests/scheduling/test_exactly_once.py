@@ -12,6 +12,7 @@ from django.db import connection, connections, transaction
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from django_posixcron.reconcile import reconcile
 from django_posixcron.scheduler import Scheduler
+from tests.harness.locks import task_row_held
 from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
@@ -94,27 +95,8 @@ def test_a_row_locked_by_another_scheduler_is_skipped_not_waited_for(tasks, make
     task = tasks(next_run_at=T0)
     scheduler = make_scheduler()
     scheduler.start()
-    locked, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        try:
-            with transaction.atomic():
-                list(Task.objects.select_for_update().filter(pk=task.pk))
-                locked.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-            done.set()
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with task_row_held(pk=task.pk):
         assert scheduler.tick(T0).claimed == []
-    finally:
-        release.set()
-        holder.join(10)
-    assert done.is_set()
     assert len(scheduler.tick(T0).claimed) == 1
 
 

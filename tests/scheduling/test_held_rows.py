@@ -11,17 +11,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, connections
 
-from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduler import Scheduler
-from tests.factories import SchedulerProcessFactory
-from tests.harness.tasks import T0, Tasks
+from tests.harness.locks import task_row_held
+from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
 from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,32 +32,6 @@ HOUR = dt.timedelta(hours=1)
 def _rows_can_be_skipped() -> None:
     if not connection.features.has_select_for_update_skip_locked:
         pytest.skip("SQLite locks the whole database, not rows: a write waits its turn")
-
-
-@contextmanager
-def held(name: str) -> Iterator[None]:
-    """Hold the task's row locked from another connection, as a frozen scheduler would."""
-    locked, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                Task.objects.select_for_update().get(name=name)
-                locked.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
-            done.set()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(30)
-        yield
-    finally:
-        release.set()
-        holder.join(30)
-    assert done.is_set()
 
 
 def returns(call: Callable[[], Any], within: float = 20) -> Any:
@@ -83,19 +56,10 @@ def test_the_lost_run_check_does_not_wait_for_a_frozen_processes_rows(
     tasks: Tasks, make_scheduler: Callable[..., Scheduler]
 ) -> None:
     task = tasks("orphan", next_run_at=T0 + HOUR)
-    dead = SchedulerProcessFactory.create(last_heartbeat_at=T0 - HOUR)
-    run = Run.objects.create(
-        task=task,
-        trigger="cron",
-        status=RunStatus.RUNNING,
-        scheduled_for=T0 - HOUR,
-        started_at=T0 - HOUR,
-        process=dead,
-        occurrence=T0 - HOUR,
-    )
+    run = running_on_a_dead_process(task, T0 - HOUR)
     scheduler = make_scheduler()
 
-    with held("orphan"):
+    with task_row_held(name="orphan"):
         result = returns(lambda: scheduler.tick(T0))
         assert result.lost == []
         assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
@@ -115,7 +79,10 @@ def test_an_outcome_whose_task_row_is_held_waits_for_the_next_flush(
     runs = scheduler.runs
     wait_until(lambda: len(runs.outcomes) == 2 and not runs.pks(), what="both runs to return")
 
-    with caplog.at_level(logging.WARNING, logger="django_posixcron"), held("frozen-peer-holds"):
+    with (
+        caplog.at_level(logging.WARNING, logger="django_posixcron"),
+        task_row_held(name="frozen-peer-holds"),
+    ):
         returns(runs.flush)
         # Held once: a row taken for a moment (an admin's pause) is let go by the next flush.
         assert not [r for r in caplog.records if getattr(r, "action", "") == "outcome_held"]
