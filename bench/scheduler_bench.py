@@ -72,6 +72,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used so far."""
+    # After the command name in parentheses: state, then 10 fields, then utime and stime.
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -317,6 +324,7 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
     reset()
     procs = children.start(processes)
     idle_rss = max(rss_kib(p.pid) for p in procs)
+    cpu_before = sum(cpu_seconds(p.pid) for p in procs)
     instant = due_ahead(Task.objects.filter(name__startswith="noop-"), tasks)
     wait_until(
         lambda: Run.objects.exclude(status=RunStatus.RUNNING).count() >= tasks,
@@ -325,6 +333,10 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
         0.25,
     )
     peak = max(rss_kib(p.pid, "VmHWM") for p in procs)
+    # Through the burst (and the idle ticks before its instant, a few milliseconds): a figure
+    # that moves far less from round to round than the rates, which share the machine's two
+    # cores with the database server.
+    cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
     children.stop()
     agg = Run.objects.aggregate(
         first=Min("started_at"), started=Max("started_at"), finished=Max("finished_at")
@@ -338,6 +350,7 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
         "claim_rate": tasks / claimed,
         "done_rate": tasks / done,
         "first_start_ms": (agg["first"] - instant).total_seconds() * 1000,
+        "cpu_us_per_run": cpu / tasks * 1e6,
         "idle_rss_mib": idle_rss / 1024,
         "peak_rss_mib": peak / 1024,
     }
@@ -545,7 +558,8 @@ def rounds(children: Children, db: dict[str, Any], args: argparse.Namespace) -> 
                     f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
                     f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}; "
                     f"{result['done_rate'] / rec['rate']:.0%} of claim + outcome); first "
-                    f"run {result['first_start_ms']:.1f} ms after the instant; RSS idle "
+                    f"run {result['first_start_ms']:.1f} ms after the instant; "
+                    f"{result['cpu_us_per_run']:.0f} µs of scheduler CPU a run; RSS idle "
                     f"{result['idle_rss_mib']:.0f} MiB, "
                     f"peak {result['peak_rss_mib']:.0f} MiB"
                 )
@@ -598,7 +612,9 @@ def report(med: dict[str, dict[str, float]], repeat: int, tasks: int) -> None:
                 f"(spread {med[raw]['rate_spread']:.0f}); "
                 f"{med[key]['done_rate'] / med[raw]['rate']:.0%}; raw claim + outcome "
                 f"{med[rec]['rate']:.0f}/s (spread {med[rec]['rate_spread']:.0f}); "
-                f"{med[key]['done_rate'] / med[rec]['rate']:.0%}"
+                f"{med[key]['done_rate'] / med[rec]['rate']:.0%}; scheduler CPU "
+                f"{med[key]['cpu_us_per_run']:.0f} µs a run "
+                f"(spread {med[key]['cpu_us_per_run_spread']:.0f})"
             )
         print(f"2 processes vs 1: scheduler {r['two_vs_one']:.2f}x, raw {r['raw_two_vs_one']:.2f}x")
         print(
