@@ -23,6 +23,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from django_posixcron.models import OverdueAlert, Task
+from django_posixcron.scheduling import bulk
 from django_posixcron.scheduling.outcomes import Notifier
 from django_posixcron.signals import task_failing, task_overdue
 
@@ -66,7 +67,7 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
     # PostgreSQL sorted every overdue row to find the first 100 (0.2 s a look, once per poll
     # interval, in a backlog of 100,000).
     batch = list(unsignalled_overdue(before, using).order_by("due_at")[:OVERDUE_BATCH])
-    won = [task for task in batch if task.due_at is not None and _win(task, using)]
+    won = _win([task for task in batch if task.due_at is not None], using)
     if won:
         _mark(won, using)
     _log_overdue(won)
@@ -76,8 +77,25 @@ def signal_overdue(before: dt.datetime, using: str, notifier: Notifier) -> list[
     return won
 
 
-def _win(task: Task, using: str) -> bool:
-    """Insert the episode's OverdueAlert row; return whether this insert was the one."""
+def _win(tasks: list[Task], using: str) -> list[Task]:
+    """Insert the episodes' OverdueAlert rows; return the tasks whose insert was the one.
+
+    One statement for the batch where the database says which rows it inserted (PostgreSQL,
+    SQLite 3.35+); MariaDB's INSERT IGNORE does not, so there one statement per episode,
+    its row count saying. A statement per episode cost a tenth of the loop's time in a burst
+    of 10,000 tasks due at once (profiled), where a hundred are overdue at every look.
+    """
+    if not tasks:
+        return []
+    now = timezone.now()
+    if bulk.can_insert_new(using):
+        alerts = [
+            OverdueAlert(task=task, due_at=due, signalled_at=now)
+            for task in tasks
+            if (due := task.due_at) is not None
+        ]
+        inserted = {alert.task_id for alert in bulk.insert_new(alerts, "task", using)}
+        return [task for task in tasks if task.pk in inserted]
     connection = connections[using]
     table = connection.ops.quote_name(OverdueAlert._meta.db_table)
     columns = ", ".join(
@@ -86,12 +104,16 @@ def _win(task: Task, using: str) -> bool:
     values = "(%s, %s, %s)"
     if connection.vendor == "mysql":
         sql = f"INSERT IGNORE INTO {table} ({columns}) VALUES {values}"
-    else:  # PostgreSQL, SQLite
+    else:  # SQLite before 3.35
         sql = f"INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT DO NOTHING"
     adapt = connection.ops.adapt_datetimefield_value
+    won = []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [task.pk, adapt(task.due_at), adapt(timezone.now())])
-        return bool(cursor.rowcount == 1)
+        for task in tasks:
+            cursor.execute(sql, [task.pk, adapt(task.due_at), adapt(now)])
+            if cursor.rowcount == 1:
+                won.append(task)
+    return won
 
 
 def _mark(won: list[Task], using: str) -> None:
@@ -101,21 +123,33 @@ def _mark(won: list[Task], using: str) -> None:
     its old mark, and the OverdueAlert row speaks for it. A task whose due time moved since
     it was read (claimed meanwhile) is left alone: its new due time is a new episode.
     """
-    same_episode = Q()
-    for task in won:
-        same_episode |= Q(pk=task.pk, due_at=task.due_at)
+    due = {task.pk: task.due_at for task in won}
     tasks = Task.objects.using(using)
     if connections[using].features.has_select_for_update_skip_locked:
         with transaction.atomic(using=using):
-            free = list(
+            # Locked here, so the due times read are the ones the update finds.
+            free = (
                 tasks.select_for_update(skip_locked=True)
-                .filter(pk__in=[task.pk for task in won])
-                .values_list("pk", flat=True)
+                .filter(pk__in=list(due))
+                .values_list("pk", "due_at")
             )
-            if free:
-                tasks.filter(same_episode, pk__in=free).update(overdue_signalled_for=F("due_at"))
+            same = [pk for pk, due_at in free if due_at == due[pk]]
+            if same:
+                tasks.filter(pk__in=same).update(overdue_signalled_for=F("due_at"))
+    elif bulk.can_compare_and_set(using):
+        # SQLite locks the whole database, not rows: nothing is held for long. The due time
+        # is compared in the statement itself.
+        bulk.compare_and_set(
+            Task,
+            "due_at",
+            ["overdue_signalled_for"],
+            [(pk, at, at) for pk, at in due.items()],
+            using,
+        )
     else:
-        # SQLite locks the whole database, not rows: nothing is held for long.
+        same_episode = Q()
+        for pk, at in due.items():
+            same_episode |= Q(pk=pk, due_at=at)
         tasks.filter(same_episode).update(overdue_signalled_for=F("due_at"))
 
 

@@ -46,6 +46,11 @@ UNREAD_IN_CLAIM = (
     "last_run_finished_at",
     "last_success_at",
     "overdue_signalled_for",
+    # A run executes its declaration (whose definition the stored one equals), and the
+    # description may be long. Not the kwargs: a run_finished receiver may well read them.
+    "callable_path",
+    "description",
+    "paused_reason",
 )
 
 Planned = tuple[Task, "TaskDeclaration", dict[str, Any], Run | None]

@@ -19,6 +19,7 @@ from django_posixcron.conf import get_settings
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
+from django_posixcron.scheduling.compiled import locked_rows
 from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.signals import run_finished, run_lost, task_failing
 
@@ -166,9 +167,12 @@ def _describe(sig: Any, kwargs: dict[str, Any]) -> str:
 
 
 def log_finished(run: Run) -> None:
+    level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
+    if not logger.isEnabledFor(level):
+        # The line's parts cost more than the logging call that would drop it.
+        return
     # A lost run has no duration (nobody saw it end): "-", as the admin shows it.
     duration = f"{run.duration.total_seconds():.3f}s" if run.duration is not None else "-"
-    level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
     first_line = run.error.splitlines()[0] if run.error else ""
     if len(first_line) > LOG_ERROR_LIMIT:
         # The whole text is on the run; a log line of 64 KB helps no one reading the log.
@@ -226,13 +230,10 @@ def write_outcomes(
         # alone, status checked here: with the status in the WHERE clause InnoDB may walk
         # the (status, process) index and lock other processes' running rows on the way,
         # deadlocking with their own outcome writes.
-        current = dict(
-            Run.objects.using(using)
-            .select_for_update(skip_locked=skip)
-            .filter(pk__in=list(by_pk))
-            .order_by("pk")
-            .values_list("pk", "status")
-        )
+        current = {
+            row["pk"]: row["status"]
+            for row in locked_rows(Run, by_pk, ["pk", "status"], using, skip_locked=skip)
+        }
         if skip and len(current) < len(by_pk):
             # Held elsewhere, or gone: only a row that still exists is worth another try.
             missing = [pk for pk in by_pk if pk not in current]
@@ -315,31 +316,29 @@ def _lock_task_rows(
     The row locks make next_run_at and run_requested_at current for the due_at computed
     from them (a claim elsewhere may have just moved the cursor).
     """
-    return {
-        row["pk"]: dict(row)
-        for row in Task.objects.using(using)
-        .select_for_update(skip_locked=skip_locked)
-        .filter(pk__in=sorted(task_ids))
-        .order_by("pk")
-        .values(
-            "pk",
-            "next_run_at",
-            "run_requested_at",
-            "retry_at",
-            "retry_occurrence",
-            "retry_attempt",
-            "consecutive_failures",
-            "failing_signalled",
-            "paused",
-            "last_success_at",
-            # Kept as they are by an older occurrence's late success (rules.outdated_success)
-            # or by the real outcome of a run marked lost (rules.is_latest_run).
-            "last_run_status",
-            "last_run_started_at",
-            "last_run_finished_at",
-            "due_at",
-        )
-    }
+    rows = locked_rows(Task, task_ids, TASK_LOCKED_FIELDS, using, skip_locked=skip_locked)
+    return {row["pk"]: row for row in rows}
+
+
+# The task fields an outcome reads under the row's lock.
+TASK_LOCKED_FIELDS = [
+    "pk",
+    "next_run_at",
+    "run_requested_at",
+    "retry_at",
+    "retry_occurrence",
+    "retry_attempt",
+    "consecutive_failures",
+    "failing_signalled",
+    "paused",
+    "last_success_at",
+    # Kept as they are by an older occurrence's late success (rules.outdated_success) or by
+    # the real outcome of a run marked lost (rules.is_latest_run).
+    "last_run_status",
+    "last_run_started_at",
+    "last_run_finished_at",
+    "due_at",
+]
 
 
 # The task fields an outcome writes, in the order of the rows _record_task_outcomes builds.

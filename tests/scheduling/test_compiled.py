@@ -5,16 +5,18 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Value
 from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling import compiled
 from django_posixcron.scheduling.claim import peek
-from django_posixcron.scheduling.compiled import CompiledQuery, QueryCache
+from django_posixcron.scheduling.compiled import CompiledQuery, QueryCache, locked_rows
 from django_posixcron.scheduling.liveness import Heartbeat, mark_lost
 from django_posixcron.scheduling.outcomes import Notifier
 from tests.factories import NOW, RunFactory, SchedulerProcessFactory, TaskFactory
+from tests.harness.locks import task_row_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,3 +192,38 @@ def test_instances_of_some_columns_defer_the_others() -> None:
     with CaptureQueriesContext(connection) as captured:
         assert got.description == "nightly"  # loaded on access, as the ORM does
     assert len(captured.captured_queries) == 1
+
+
+def test_locked_rows_answers_as_the_orm_whatever_the_number_of_keys() -> None:
+    """The outcome's locking reads: the values of the rows asked for, in key order, as
+    ``select_for_update().filter(pk__in=...).values(...)`` gives them; on PostgreSQL one
+    statement whose text does not change with the number of keys."""
+    tasks = [
+        TaskFactory.create(name=f"t{i}", next_run_at=NOW + i * MINUTE, paused=i % 2 == 0)
+        for i in range(5)
+    ]
+    fields = ["pk", "name", "next_run_at", "paused", "retry_at", "consecutive_failures"]
+    statements: set[str] = set()
+    for chosen in ([tasks[3]], tasks[::-1], tasks[1:4], []):
+        pks = {t.pk for t in chosen}
+        with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+            got = locked_rows(Task, pks, fields, "default")
+        expected = list(Task.objects.filter(pk__in=pks).order_by("pk").values(*fields))
+        assert got == expected
+        statements.update(q["sql"] for q in captured.captured_queries if "SELECT" in q["sql"])
+        assert all("FOR UPDATE" in sql for sql in statements) or connection.vendor == "sqlite"
+    if connection.vendor == "postgresql":
+        # Compiled once for the four sizes, the keys one array parameter.
+        assert all("= ANY(" in sql for sql in statements)
+        assert [
+            key for key in compiled._LOCKING_READS if key[1] is Task and key[2] == tuple(fields)
+        ] == [("default", Task, tuple(fields), False)]
+
+
+def test_locked_rows_skips_a_row_another_transaction_holds() -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite locks no rows")
+    held, free = (TaskFactory.create(name=name) for name in ("held", "free"))
+    with task_row_held(name="held"), transaction.atomic():
+        got = locked_rows(Task, [held.pk, free.pk], ["pk"], "default", skip_locked=True)
+    assert got == [{"pk": free.pk}]
