@@ -19,7 +19,10 @@ What it measures, with 10,000 declared tasks (plus 120 latency probes) in the da
   processes; rate = runs / (last run's start - the instant), and the same for completion;
   compared in the same run with a raw claim loop (psycopg, batch 100, FOR UPDATE SKIP LOCKED,
   insert run + advance cursor), 1 and 2 processes, and with the same loop also recording each
-  batch's outcome (run finished, task's last run: "raw claim + outcome");
+  batch's outcome (run finished, task's last run: "raw claim + outcome"); with each, the CPU
+  time a run cost the scheduler processes (or the raw loop's workers) and the database
+  server when it runs on this machine (its processes' CPU read from /proc), steadier from
+  round to round than the rates, which share the machine's cores;
 - memory: RSS of a `runscheduler` process idle with 10,000 tasks once it is ready (its start-up
   summary printed), and its peak (VmHWM) after the throughput run;
 - start-up (`--scenarios startup`): collecting the declarations from settings, the first and
@@ -77,6 +80,25 @@ def cpu_seconds(pid: int) -> float:
     # After the command name in parentheses: state, then 10 fields, then utime and stime.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The database servers' process names, whose CPU the bench adds up when the server runs here.
+SERVERS = {"postgres", "mariadbd", "mysqld"}
+
+
+def server_cpu_seconds() -> float:
+    """The CPU time every database server process on this machine has used so far (0 for
+    SQLite, which has none): what a burst costs the server, read as a difference."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() in SERVERS:
+                total += cpu_seconds(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # a backend that ended meanwhile
+    return total
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
@@ -325,6 +347,7 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
     procs = children.start(processes)
     idle_rss = max(rss_kib(p.pid) for p in procs)
     cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+    server_before = server_cpu_seconds()
     instant = due_ahead(Task.objects.filter(name__startswith="noop-"), tasks)
     wait_until(
         lambda: Run.objects.exclude(status=RunStatus.RUNNING).count() >= tasks,
@@ -337,6 +360,8 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
     # that moves far less from round to round than the rates, which share the machine's two
     # cores with the database server.
     cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+    # The server's includes making the tasks due and the bench's own polling: a few percent.
+    server = server_cpu_seconds() - server_before
     children.stop()
     agg = Run.objects.aggregate(
         first=Min("started_at"), started=Max("started_at"), finished=Max("finished_at")
@@ -351,6 +376,7 @@ def throughput(children: Children, processes: int, tasks: int) -> dict[str, floa
         "done_rate": tasks / done,
         "first_start_ms": (agg["first"] - instant).total_seconds() * 1000,
         "cpu_us_per_run": cpu / tasks * 1e6,
+        "server_cpu_us_per_run": server / tasks * 1e6,
         "idle_rss_mib": idle_rss / 1024,
         "peak_rss_mib": peak / 1024,
     }
@@ -479,6 +505,8 @@ def raw_loop(
         worker.start()
     for _ in workers:
         ready.acquire()
+    children_before = _children_cpu()
+    server_before = server_cpu_seconds()
     start = time.perf_counter()
     go.set()
     for worker in workers:
@@ -486,9 +514,23 @@ def raw_loop(
         if worker.exitcode:
             raise SystemExit(f"a raw claim worker failed (exit status {worker.exitcode})")
     elapsed = time.perf_counter() - start
+    server = server_cpu_seconds() - server_before
     claimed = [counts[i] for i in range(processes)]
     assert sum(claimed) == tasks, claimed
-    return {"rate": tasks / elapsed}
+    return {
+        "rate": tasks / elapsed,
+        # The workers' whole lives (their start-up too): an upper bound of the loop's own.
+        "cpu_us_per_run": (_children_cpu() - children_before) / tasks * 1e6,
+        "server_cpu_us_per_run": server / tasks * 1e6,
+    }
+
+
+def _children_cpu() -> float:
+    """The CPU time of this process's children that have ended and been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def startup(children: Children, tasks: int) -> dict[str, float]:
@@ -558,8 +600,12 @@ def rounds(children: Children, db: dict[str, Any], args: argparse.Namespace) -> 
                     f"({result['claim_rate'] / raw['rate']:.0%} of raw), completed "
                     f"{result['done_rate']:.0f}/s ({result['done_rate'] / raw['rate']:.0%}; "
                     f"{result['done_rate'] / rec['rate']:.0%} of claim + outcome); first "
-                    f"run {result['first_start_ms']:.1f} ms after the instant; "
-                    f"{result['cpu_us_per_run']:.0f} µs of scheduler CPU a run; RSS idle "
+                    f"run {result['first_start_ms']:.1f} ms after the instant; CPU a run: "
+                    f"scheduler {result['cpu_us_per_run']:.0f} µs, server "
+                    f"{result['server_cpu_us_per_run']:.0f} µs (raw loop "
+                    f"{raw['cpu_us_per_run']:.0f} + {raw['server_cpu_us_per_run']:.0f}, with "
+                    f"outcome {rec['cpu_us_per_run']:.0f} + {rec['server_cpu_us_per_run']:.0f}); "
+                    f"RSS idle "
                     f"{result['idle_rss_mib']:.0f} MiB, "
                     f"peak {result['peak_rss_mib']:.0f} MiB"
                 )
@@ -612,9 +658,15 @@ def report(med: dict[str, dict[str, float]], repeat: int, tasks: int) -> None:
                 f"(spread {med[raw]['rate_spread']:.0f}); "
                 f"{med[key]['done_rate'] / med[raw]['rate']:.0%}; raw claim + outcome "
                 f"{med[rec]['rate']:.0f}/s (spread {med[rec]['rate_spread']:.0f}); "
-                f"{med[key]['done_rate'] / med[rec]['rate']:.0%}; scheduler CPU "
-                f"{med[key]['cpu_us_per_run']:.0f} µs a run "
-                f"(spread {med[key]['cpu_us_per_run_spread']:.0f})"
+                f"{med[key]['done_rate'] / med[rec]['rate']:.0%}"
+            )
+            print(
+                f"  CPU a run, {label}: scheduler {med[key]['cpu_us_per_run']:.0f} µs "
+                f"(spread {med[key]['cpu_us_per_run_spread']:.0f}) + server "
+                f"{med[key]['server_cpu_us_per_run']:.0f} µs; raw loop "
+                f"{med[raw]['cpu_us_per_run']:.0f} + {med[raw]['server_cpu_us_per_run']:.0f} µs; "
+                f"raw claim + outcome {med[rec]['cpu_us_per_run']:.0f} + "
+                f"{med[rec]['server_cpu_us_per_run']:.0f} µs"
             )
         print(f"2 processes vs 1: scheduler {r['two_vs_one']:.2f}x, raw {r['raw_two_vs_one']:.2f}x")
         print(

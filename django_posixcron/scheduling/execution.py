@@ -118,14 +118,15 @@ class Runs:
     def _execute(self, inflight: InFlight) -> None:
         """Run one task in the executor's thread and queue its outcome."""
         run = inflight.run
-        logger.info(
-            "run started task=%s trigger=%s scheduled_for=%s run=%s",
-            run.task.name,
-            run.trigger,
-            run.scheduled_for.isoformat(),
-            run.pk,
-            extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
-        )
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "run started task=%s trigger=%s scheduled_for=%s run=%s",
+                run.task.name,
+                run.trigger,
+                run.scheduled_for.isoformat(),
+                run.pk,
+                extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
+            )
         # Off this thread, as run_finished: a slow receiver must delay neither the run (its
         # timeout counts from the claim) nor anything else. One queue keeps them in order.
         if run_started.has_listeners():

@@ -107,7 +107,10 @@ class Notifier:
             self._thread.start()
 
     def finished(self, run: Run) -> None:
-        self.send(run_finished, run=run)
+        # Nobody listening: nothing to hand to the signal thread (a queue item and a thread
+        # switch per run in a burst).
+        if run_finished.has_listeners():
+            self.send(run_finished, run=run)
 
     def send(self, sig: Any, **kwargs: Any) -> None:
         """Send `sig` with `kwargs` off the loop thread (inline when there is no thread)."""
