@@ -75,11 +75,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def cpu_seconds(pid: int) -> float:
-    """The CPU time (user + system) process `pid` has used so far."""
-    # After the command name in parentheses: state, then 10 fields, then utime and stime.
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """The CPU time (user + system) process `pid` has used so far; with `reaped`, and its
+    children that ended and were waited for (PostgreSQL's backends, once they exit)."""
+    # After the command name in parentheses: state, then 10 fields, then utime, stime,
+    # cutime and cstime.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(value) for value in fields[11 : 15 if reaped else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # The database servers' process names, whose CPU the bench adds up when the server runs here.
@@ -95,7 +98,8 @@ def server_cpu_seconds() -> float:
             continue
         try:
             if (entry / "comm").read_text().strip() in SERVERS:
-                total += cpu_seconds(int(entry.name))
+                # A backend that exits is added to its parent's reaped children.
+                total += cpu_seconds(int(entry.name), reaped=True)
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue  # a backend that ended meanwhile
     return total
