@@ -6,8 +6,9 @@
 Two panels, one group of bars per labelled file: throughput as a share of the raw loops
 measured in the same run (1 and 2 processes against the claim-only loop; or, from files that
 have it, 1 process against the claim-only loop and the claim + outcome loop), and fire
-latency (p50, p99). Plain SVG, so the
-benchmark needs nothing beyond the standard library.
+latency (p50, p99). From files that have the CPU figures, a third panel: the CPU one process
+spends a run (the scheduler, the database server), with the raw claim + outcome loop of the
+last file beside them. Plain SVG, so the benchmark needs nothing beyond the standard library.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def bars(
 
 
 def chart(files: list[tuple[str, dict[str, Any]]]) -> str:
-    throughput, latency = [], []
+    throughput, latency, cpu = [], [], []
     title = "Throughput, % of the raw claim loop"
     for label, data in files:
         med = data["medians"]
@@ -92,12 +93,35 @@ def chart(files: list[tuple[str, dict[str, Any]]]) -> str:
             )
         if "lat" in med:
             latency.append((label, [("p50", med["lat"]["p50_ms"]), ("p99", med["lat"]["p99_ms"])]))
+        if "server_cpu_us_per_run" in med.get("one", {}):
+            one = med["one"]
+            cpu.append(
+                (
+                    label,
+                    [
+                        ("process", one["cpu_us_per_run"]),
+                        ("server", one["server_cpu_us_per_run"]),
+                    ],
+                )
+            )
+    if cpu:
+        rec = files[-1][1]["medians"]["rec1"]
+        cpu.append(
+            (
+                "raw claim + outcome",
+                [("process", rec["cpu_us_per_run"]), ("server", rec["server_cpu_us_per_run"])],
+            )
+        )
+    panel = WIDTH // 2
+    width = panel * (3 if cpu else 2)
     body = bars(10, title, "%", throughput)
-    body += bars(WIDTH // 2 + 10, "Fire latency, ms", "", latency)
+    body += bars(panel + 10, "Fire latency, ms", "", latency)
+    if cpu:
+        body += bars(2 * panel + 10, "CPU a run, 1 process, µs", "", cpu)
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{PANEL_H}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{PANEL_H}" '
         'font-family="sans-serif" font-size="12">'
-        f'<rect width="{WIDTH}" height="{PANEL_H}" fill="white"/>' + "".join(body) + "</svg>\n"
+        f'<rect width="{width}" height="{PANEL_H}" fill="white"/>' + "".join(body) + "</svg>\n"
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from io import StringIO
 from pathlib import Path
@@ -39,3 +41,30 @@ def test_supported_django_versions_are_declared():
     classifiers = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["classifiers"]
     for version in ("5.2", "6.0", "6.1"):
         assert f"Framework :: Django :: {version}" in classifiers
+
+
+def test_every_module_imports_in_a_project_with_only_django_and_the_app():
+    """The test settings install django-health-check, which patches Django's classes to be
+    subscriptable for type checkers (django-stubs-ext): a module that subscripts one at run
+    time passes every test here and fails to import in a project without it."""
+    script = (
+        "import pkgutil, importlib, django\n"
+        "from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['django.contrib.contenttypes', "
+        "'django.contrib.auth', 'django.contrib.admin', 'django.contrib.messages', "
+        "'django.contrib.sessions', 'django_posixcron'], "
+        "DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}})\n"
+        "django.setup()\n"
+        "import sys, django_posixcron\n"
+        "assert 'django_stubs_ext' not in sys.modules\n"
+        "for info in pkgutil.walk_packages(django_posixcron.__path__, 'django_posixcron.'):\n"
+        "    if '.migrations.' in info.name or info.name.endswith('contrib.health_check'):\n"
+        "        continue\n"
+        "    importlib.import_module(info.name)\n"
+        "print('imported')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "imported"

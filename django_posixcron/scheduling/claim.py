@@ -292,7 +292,7 @@ class Claimer:
         if connections[self.using].features.can_return_rows_from_bulk_insert:
             try:
                 with transaction.atomic(using=self.using):
-                    Run.objects.using(self.using).bulk_create([run for run, _ in pending])
+                    bulk.insert_all([run for run, _ in pending], self.using)
                 return pending
             except IntegrityError:
                 # One of them already fired elsewhere: find which, one at a time.

@@ -169,7 +169,7 @@ class QueryCache:
         return query
 
 
-class AnyOf(Lookup[Any]):
+class AnyOf(Lookup):  # Lookup is not subscriptable at run time
     """PostgreSQL's ``column = ANY(%s::type[])``, the array given as one literal parameter
     (bulk.array_literal()): unlike ``IN (%s, %s, ...)`` its text is the same whatever the
     number of values, so it is compiled once and the driver dumps one string, not one

@@ -7,7 +7,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import DataError, connection
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import (
     BooleanField,
     CharField,
@@ -90,6 +90,38 @@ def test_insert_new_after_an_update_writes_both_and_refuses_what_fired_already()
     assert set(Task.objects.values_list("next_run_at", "due_at")) == {(later, later)}
     if connection.vendor == "postgresql":
         assert len(queries) == 1, [q["sql"] for q in queries]
+
+
+def test_insert_all_sets_each_rows_key_in_order_and_a_conflict_inserts_nothing() -> None:
+    """The claim's insert where the database returns no rows it skipped (MariaDB): every run
+    inserted with its values and its own primary key; a conflict raises, as bulk_create()."""
+    if not connection.features.can_return_rows_from_bulk_insert:
+        pytest.skip("no RETURNING from a bulk insert")
+    tasks = TaskFactory.create_batch(3)
+    runs = [
+        RunFactory.build(
+            task=task,
+            scheduled_for=NOW + i * dt.timedelta(minutes=1),
+            status=RunStatus.RUNNING,
+            error=f"e{i}",
+        )
+        for i, task in enumerate(tasks)
+    ]
+
+    bulk.insert_all(runs, "default")
+
+    assert all(not run._state.adding and run._state.db == "default" for run in runs)
+    stored = {
+        pk: (task, error) for pk, task, error in Run.objects.values_list("pk", "task", "error")
+    }
+    assert stored == {run.pk: (run.task_id, run.error) for run in runs}
+    again = [RunFactory.build(task=tasks[1], scheduled_for=runs[1].scheduled_for)]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        bulk.insert_all(
+            [RunFactory.build(task=tasks[0], scheduled_for=NOW - dt.timedelta(hours=1)), *again],
+            "default",
+        )
+    assert Run.objects.count() == 3
 
 
 def test_update_many_with_columns_the_same_in_every_row_and_one_not() -> None:
