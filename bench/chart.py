@@ -8,7 +8,8 @@ measured in the same run (1 and 2 processes against the claim-only loop; or, fro
 have it, 1 process against the claim-only loop and the claim + outcome loop), and fire
 latency (p50, p99). From files that have the CPU figures, a third panel: the CPU one process
 spends a run (the scheduler, the database server), with the raw claim + outcome loop of the
-last file beside them. Plain SVG, so the benchmark needs nothing beyond the standard library.
+last file beside them ("raw loop"). Plain SVG, so the benchmark needs nothing beyond the
+standard library.
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ COLOURS = ("#4c72b0", "#dd8452")
 
 
 def bars(
-    x0: int, title: str, unit: str, groups: list[tuple[str, list[tuple[str, float]]]]
+    x0: int,
+    title: str,
+    unit: str,
+    groups: list[tuple[str, list[tuple[str, float]]]],
+    decimals: int | None = None,
 ) -> list[str]:
     """One panel: a group of bars per file, each bar labelled with its value."""
     top = max((v for _, values in groups for _, v in values), default=1.0) or 1.0
+    places = (0 if unit else 1) if decimals is None else decimals
     out = [f'<text x="{x0}" y="20" font-weight="bold">{title}</text>']
     x = x0
     for label, values in groups:
@@ -39,7 +45,7 @@ def bars(
             )
             out.append(
                 f'<text x="{x + BAR_W / 2}" y="{y - 4:.1f}" font-size="10" '
-                f'text-anchor="middle">{value:.{0 if unit else 1}f}{unit}</text>'
+                f'text-anchor="middle">{value:.{places}f}{unit}</text>'
             )
             x += BAR_W
         # One word a line under the group: "MariaDB" over "after" fits a group's width.
@@ -108,7 +114,7 @@ def chart(files: list[tuple[str, dict[str, Any]]]) -> str:
         rec = files[-1][1]["medians"]["rec1"]
         cpu.append(
             (
-                "raw claim + outcome",
+                "raw loop",
                 [("process", rec["cpu_us_per_run"]), ("server", rec["server_cpu_us_per_run"])],
             )
         )
@@ -117,7 +123,7 @@ def chart(files: list[tuple[str, dict[str, Any]]]) -> str:
     body = bars(10, title, "%", throughput)
     body += bars(panel + 10, "Fire latency, ms", "", latency)
     if cpu:
-        body += bars(2 * panel + 10, "CPU a run, 1 process, µs", "", cpu)
+        body += bars(2 * panel + 10, "CPU a run, 1 process, µs", "", cpu, decimals=0)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{PANEL_H}" '
         'font-family="sans-serif" font-size="12">'
