@@ -16,6 +16,7 @@ list of excluded ids) belongs in the cache key.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar, cast
@@ -184,9 +185,10 @@ class AnyOf(Lookup):  # Lookup is not subscriptable at run time
         return f"{lhs} = ANY({array})", (*params, self.rhs)
 
 
-# The locking reads of locked_rows(), compiled once per shape and shared by every thread
-# (a compiled query holds no connection): (alias, model, fields, skip_locked) -> query.
-_LOCKING_READS: dict[tuple[str, type[Model], tuple[str, ...], bool], CompiledQuery] = {}
+# The locking reads of locked_rows(), compiled once per shape and thread (a compiled query
+# keeps the compiler of the connection it was compiled on, and connections are per thread):
+# (alias, model, fields, skip_locked) -> query.
+_locking_reads = threading.local()
 
 
 def locked_rows(
@@ -215,7 +217,10 @@ def locked_rows(
             .values(*fields)
         )
     key = (using, model, tuple(fields), skip_locked)
-    query = _LOCKING_READS.get(key)
+    cache: dict[Hashable, CompiledQuery] | None = getattr(_locking_reads, "queries", None)
+    if cache is None:
+        cache = _locking_reads.queries = {}
+    query = cache.get(key)
     if query is None:
 
         def build(pks: str) -> QuerySet[Any]:
@@ -227,6 +232,6 @@ def locked_rows(
                 .values(*fields)
             )
 
-        query = _LOCKING_READS[key] = CompiledQuery(using, build, values=["pks"])
+        query = cache[key] = CompiledQuery(using, build, values=["pks"])
     # One string; a list (keys of a type without a literal) the driver adapts itself.
     return query.rows(pks=array_literal(ordered))

@@ -215,9 +215,10 @@ def test_locked_rows_answers_as_the_orm_whatever_the_number_of_keys() -> None:
     if connection.vendor == "postgresql":
         # Compiled once for the four sizes, the keys one array parameter.
         assert all("= ANY(" in sql for sql in statements)
-        assert [
-            key for key in compiled._LOCKING_READS if key[1] is Task and key[2] == tuple(fields)
-        ] == [("default", Task, tuple(fields), False)]
+        cache = compiled._locking_reads.queries
+        assert [key for key in cache if key[1] is Task and key[2] == tuple(fields)] == [
+            ("default", Task, tuple(fields), False)
+        ]
 
 
 def test_locked_rows_skips_a_row_another_transaction_holds() -> None:
