@@ -41,6 +41,7 @@ import datetime as dt
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -531,8 +532,6 @@ def raw_loop(
 
 def _children_cpu() -> float:
     """The CPU time of this process's children that have ended and been waited for."""
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Run, RunStatus, Trigger
 from django_posixcron.scheduling.claim import new_run
 from tests.factories import NOW, SchedulerProcessFactory, TaskFactory
+from tests.harness.signals import post_init_seen
 
 pytestmark = pytest.mark.django_db
 
@@ -20,15 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(params=["nobody listening", "a post_init receiver"])
 def initialised(request: pytest.FixtureRequest) -> Iterator[list[Run]]:
     """The runs a post_init receiver for Run was sent, when the test has one."""
-    seen: list[Run] = []
-
-    def receiver(sender: type[Run], instance: Run, **kwargs: Any) -> None:
-        seen.append(instance)
-
-    if request.param == "a post_init receiver":
-        post_init.connect(receiver, sender=Run, weak=False)
-    yield seen
-    post_init.disconnect(receiver, sender=Run)
+    yield from post_init_seen(request, Run)
 
 
 def test_a_new_run_is_the_run_the_keyword_constructor_builds(initialised: list[Run]) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import Model
-from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from django_posixcron.models import Task
 from tests.factories import NOW, TaskFactory
+from tests.harness.signals import post_init_seen
 
 pytestmark = pytest.mark.django_db
 
@@ -21,15 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(params=["nobody listening", "a post_init receiver"])
 def initialised(request: pytest.FixtureRequest) -> Iterator[list[Task]]:
     """The tasks a post_init receiver for Task was sent, when the test has one."""
-    seen: list[Task] = []
-
-    def receiver(sender: type[Task], instance: Task, **kwargs: Any) -> None:
-        seen.append(instance)
-
-    if request.param == "a post_init receiver":
-        post_init.connect(receiver, sender=Task, weak=False)
-    yield seen
-    post_init.disconnect(receiver, sender=Task)
+    yield from post_init_seen(request, Task)
 
 
 def constructed(task: Task) -> Task:
