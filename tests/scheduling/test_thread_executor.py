@@ -88,15 +88,18 @@ def test_the_scheduler_keeps_working_with_many_hung_runs(tasks, make_scheduler):
 
     # One occurrence a minute, each hanging past its timeout: with unbounded stand-ins this
     # would start one more thread per minute.
+    def every_claimed_call_started() -> bool:
+        started = Hit.objects.filter(task_name="hangs", label="started").count()
+        return started == Run.objects.filter(task__name="hangs").count()
+
     for minute in range(12):
         scheduler.tick(T0 + dt.timedelta(minutes=minute, seconds=1))
         assert workers() - before <= 4
+        # Each claimed call reaches its code before the next tick times it out: a call timed
+        # out before its thread picks it up never starts, and frees its thread at once.
+        wait_until(every_claimed_call_started, what="the claimed call to start")
     # Claimed in the ticks; started in the pool's threads, each of which is still hanging.
     assert Run.objects.filter(task__name="hangs").count() == 4
-    wait_until(
-        lambda: Hit.objects.filter(task_name="hangs", label="started").count() == 4,
-        what="the four hung calls to start",
-    )
     assert scheduler.executor.free_slots() == 0
     assert Run.objects.filter(status=RunStatus.TIMED_OUT).count() == 4
 
