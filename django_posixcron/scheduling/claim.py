@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, Exists, Model, OuterRef, QuerySet, Subquery, Sum, Value
@@ -54,6 +54,16 @@ UNREAD_IN_CLAIM = (
 )
 
 Planned = tuple[Task, "TaskDeclaration", dict[str, Any], Run | None]
+
+
+class Claimed(NamedTuple):
+    """What a claim returns: the runs to start, the skipped runs, and the instant the
+    claim judged due-ness at (None when it judged by the database's clock and found nothing
+    due)."""
+
+    started: list[tuple[Run, TaskDeclaration]]
+    skipped: list[Run]
+    at: dt.datetime | None
 
 
 def _defaults(model: type[Model]) -> list[tuple[str, Callable[[], Any]]]:
@@ -138,9 +148,20 @@ class Claimer:
         self._recheck_at = None
 
     def claim(
-        self, now: dt.datetime, limit: int, process: SchedulerProcess, *, handoff_only: bool = False
-    ) -> tuple[list[tuple[Run, TaskDeclaration]], list[Run]]:
-        """Claim up to `limit` due tasks in one transaction; return (to start, skipped).
+        self,
+        now: dt.datetime | None,
+        limit: int,
+        process: SchedulerProcess,
+        *,
+        handoff_only: bool = False,
+    ) -> Claimed:
+        """Claim up to `limit` due tasks in one transaction; return the runs to start, the
+        skipped ones, and the instant the claim was judged at.
+
+        `now` None judges due-ness by the database's clock in the locking read itself (a
+        backend with a clock only): the tick that finds a task due within its own round trip
+        claims it at once instead of asking the clock again, and nothing is claimed before
+        the database's clock reaches its due time.
 
         Runs of handed-off tasks come back `queued`, already enqueued when their backend
         stores jobs in our database; the caller enqueues the others after commit
@@ -148,7 +169,14 @@ class Claimer:
         busy, but workers elsewhere can take runs.
         """
         with transaction.atomic(using=self.using):
-            claimable = self._matching(self._lock_due(now, limit, handoff_only))
+            locked = self._lock_due(now, limit, handoff_only)
+            if now is None:
+                if not locked:
+                    return Claimed([], [], None)
+                # One statement, one instant: its clock when it started.
+                now = getattr(locked[0], "db_now", None)
+                assert now is not None
+            claimable = self._matching(locked)
             # "overlap: skip counts queued runs as running": `busy` came with the rows.
             busy = {
                 t.pk
@@ -171,7 +199,7 @@ class Claimer:
             if self.handoff_names:
                 self.refused += self.enqueuer.in_claim(runs)
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
-        return started, [run for run, _ in runs if run.status == RunStatus.SKIPPED]
+        return Claimed(started, [run for run, _ in runs if run.status == RunStatus.SKIPPED], now)
 
     def enqueue_after_commit(self, runs: list[tuple[Run, TaskDeclaration]]) -> list[Outcome]:
         """Enqueue the queued runs on the other backends; return every refused enqueue."""
@@ -191,15 +219,21 @@ class Claimer:
                 claimable.append((task, declaration))
         return claimable
 
-    def _lock_due(self, now: dt.datetime, limit: int, handoff_only: bool) -> list[Task]:
-        """Lock up to `limit` due tasks (skipping rows another process holds), each with
-        `busy`: whether it has an unfinished run. One statement, compiled once per shape."""
+    def _lock_due(self, now: dt.datetime | None, limit: int, handoff_only: bool) -> list[Task]:
+        """Lock up to `limit` tasks due at `now` (None: by the database's clock, each row with
+        it as `db_now`), skipping rows another process holds, each with `busy`: whether it
+        has an unfinished run. One statement, compiled once per shape."""
         excluded = tuple(sorted(self.mismatched))
         names = tuple(self.handoff_names) if handoff_only else ()
 
         def build(**at: dt.datetime) -> QuerySet[Any]:
             query = Task.objects.using(self.using).select_for_update(skip_locked=True)
-            query = query.defer(*UNREAD_IN_CLAIM).due(at["now"])
+            query = query.defer(*UNREAD_IN_CLAIM)
+            if now is None:
+                query = query.active().filter(due_at__lte=DatabaseNow())
+                query = query.annotate(db_now=DatabaseNow())
+            else:
+                query = query.due(at["now"])
             if excluded:
                 query = query.exclude(pk__in=list(excluded))
             if names:
@@ -208,6 +242,9 @@ class Claimer:
             locked: QuerySet[Any] = query.annotate(busy=Exists(unfinished)).order_by("due_at")
             return locked[:limit]
 
+        if now is None:
+            key = ("claim by the database clock", excluded, names, limit)
+            return self.queries.get(key, build).instances(Task)
         key = ("claim", excluded, names, limit)
         return self.queries.get(key, build, ["now"]).instances(Task, now=now)
 

@@ -317,6 +317,7 @@ class Scheduler:
             and time.monotonic() - self._peeked_at < self.heartbeat_every
         )
         overdue_before = None
+        round_trip = 0.0
         if bursting:
             # Judged by this host's estimate of the database clock, measured at the last peek
             # (under a second ago) and set back a little, so that the estimate's error (the
@@ -329,6 +330,7 @@ class Scheduler:
             # database clock when no instant is given (a threshold, not a due-ness judgement).
             overdue_before = self.overdue_watch.threshold(now or self.now())
             probe_at = now or self.now()
+            sent = time.monotonic()
             # Liveness is a fact about real time, even in a tick driven at another instant.
             peeked = peek(
                 self.using,
@@ -343,6 +345,7 @@ class Scheduler:
                 cache=self.queries,
             )
             self._peeked_at = time.monotonic()
+            round_trip = self._peeked_at - sent
         db_now, next_due = peeked.db_now, peeked.next_due
         if now is None:
             now = db_now or self.now()
@@ -367,16 +370,24 @@ class Scheduler:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
         handoff_only = False
-        if next_due is not None and next_due <= now and not self.stopping:
+        # A task that falls due within the peek's own round trip is due by the time a claim
+        # reaches the database: claimed now, by the database's clock, instead of after
+        # another peek (a millisecond of a firing's latency). Never before its due time.
+        by_db_clock = (
+            not explicit and db_now is not None and rules.due_within(next_due, now, round_trip)
+        )
+        if next_due is not None and (next_due <= now or by_db_clock) and not self.stopping:
             limit = min(self.batch_size, self.executor.free_slots())
             # Every local slot busy: runs handed to workers elsewhere can still be claimed.
             handoff_only = limit == 0 and bool(self.claimer.handoff_names)
             if handoff_only:
                 limit = self.batch_size
             if limit > 0:
-                started, result.skipped = self.claimer.claim(
-                    now, limit, self.process, handoff_only=handoff_only
+                started, result.skipped, claimed_at = self.claimer.claim(
+                    None if by_db_clock else now, limit, self.process, handoff_only=handoff_only
                 )
+                if claimed_at is not None:
+                    now = result.now = claimed_at
                 # The transaction is closed before any task code runs.
                 for run in result.skipped:
                     log_finished(run)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -433,3 +435,62 @@ def test_a_step_of_the_host_clock_during_a_burst_fires_nothing_early(
     assert scheduler.tick().claimed == []
     assert abs(scheduler.now() - database_now("default")) < dt.timedelta(seconds=5)
     assert not Run.objects.filter(task__name="in-half-an-hour").exists()
+
+
+def slow_peeks(monkeypatch: pytest.MonkeyPatch, delay: float, ahead: dt.timedelta) -> None:
+    """Make the loop's peek take `delay` seconds longer on its way back, and read the
+    database's clock `ahead` of what it was."""
+    from django_posixcron.scheduling import loop
+
+    real = loop.peek
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        peeked = real(*args, **kwargs)
+        time.sleep(delay)  # the reply's latency, not a wait for a condition
+        return dataclasses.replace(peeked, db_now=peeked.db_now + ahead)
+
+    monkeypatch.setattr(loop, "peek", slow)
+
+
+def test_a_task_due_within_the_peeks_round_trip_is_claimed_in_the_same_tick(
+    tasks, make_scheduler, monkeypatch
+):
+    """The peek finds the task due half a second after the database's clock read, and its
+    reply took a second: the same tick claims it, judged by the database's clock when the
+    claim reads the task, instead of peeking again."""
+    if not has_clock("default"):
+        pytest.skip("SQLite has no clock of its own: the host's is read at the tick")
+    requested = database_now("default") + dt.timedelta(seconds=0.5)
+    tasks("soon", next_run_at=requested + dt.timedelta(days=1), run_requested_at=requested)
+    scheduler = make_scheduler()
+    scheduler.start()
+    slow_peeks(monkeypatch, 1.0, dt.timedelta(0))
+
+    result = scheduler.tick()
+
+    assert [run.task.name for run in result.claimed] == ["soon"]
+    run = Run.objects.get()
+    assert run.trigger == "manual"
+    assert run.scheduled_for == requested
+    assert requested <= run.started_at <= database_now("default")
+    assert result.now == run.started_at
+
+
+def test_a_claim_by_the_database_clock_never_claims_before_the_due_time(
+    tasks, make_scheduler, monkeypatch
+):
+    """A peek whose clock reading runs five seconds ahead finds the task due within its
+    round trip; the claim judges by the database's clock itself and leaves it alone."""
+    if not has_clock("default"):
+        pytest.skip("SQLite has no clock of its own: the host's is read at the tick")
+    requested = database_now("default") + dt.timedelta(seconds=5)
+    tasks("later", next_run_at=requested + dt.timedelta(days=1), run_requested_at=requested)
+    scheduler = make_scheduler()
+    scheduler.start()
+    slow_peeks(monkeypatch, 0.1, dt.timedelta(seconds=4.95))
+
+    result = scheduler.tick()
+
+    assert result.claimed == []
+    assert not Run.objects.exists()
+    assert Task.objects.get(name="later").due_at == requested

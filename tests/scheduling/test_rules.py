@@ -135,3 +135,15 @@ def test_how_long_the_loop_sleeps(next_due, limit, any_claimed, expected):
 
 def test_a_run_deadline_in_the_past_wakes_the_loop_at_once():
     assert rules.seconds_until(T0, [T0 - MINUTE, T0 + MINUTE]) == [0.0, 60.0]
+
+
+def test_due_within_a_round_trip() -> None:
+    now = dt.datetime(2030, 1, 7, 10, tzinfo=dt.UTC)
+    ms = dt.timedelta(milliseconds=1)
+    assert rules.due_within(now + ms, now, 0.002)
+    assert rules.due_within(now + 2 * ms, now, 0.002)
+    assert not rules.due_within(now + 3 * ms, now, 0.002)
+    # Already due is the ordinary claim's case, not this one; nothing due, nothing to claim.
+    assert not rules.due_within(now, now, 0.002)
+    assert not rules.due_within(now - ms, now, 0.002)
+    assert not rules.due_within(None, now, 0.002)
