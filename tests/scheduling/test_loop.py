@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -437,19 +438,22 @@ def test_a_step_of_the_host_clock_during_a_burst_fires_nothing_early(
     assert not Run.objects.filter(task__name="in-half-an-hour").exists()
 
 
-def slow_peeks(monkeypatch: pytest.MonkeyPatch, delay: float, ahead: dt.timedelta) -> None:
-    """Make the loop's peek take `delay` seconds longer on its way back, and read the
-    database's clock `ahead` of what it was."""
-    from django_posixcron.scheduling import loop
-
-    real = loop.peek
+def slow_peeks(
+    monkeypatch: pytest.MonkeyPatch, delay: float, reading: Callable[[Any], dt.datetime] | None
+) -> None:
+    """Make the loop's peek take `delay` seconds longer on its way back, and, with `reading`,
+    report the database clock's reading it returns for the peek."""
+    from django_posixcron.scheduling.claim import peek as real
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         peeked = real(*args, **kwargs)
         time.sleep(delay)  # the reply's latency, not a wait for a condition
-        return dataclasses.replace(peeked, db_now=peeked.db_now + ahead)
+        if reading is None:
+            return peeked
+        return dataclasses.replace(peeked, db_now=reading(peeked))
 
-    monkeypatch.setattr(loop, "peek", slow)
+    # Where the loop looks it up.
+    monkeypatch.setattr("django_posixcron.scheduling.loop.peek", slow)
 
 
 def test_a_task_due_within_the_peeks_round_trip_is_claimed_in_the_same_tick(
@@ -464,7 +468,7 @@ def test_a_task_due_within_the_peeks_round_trip_is_claimed_in_the_same_tick(
     tasks("soon", next_run_at=requested + dt.timedelta(days=1), run_requested_at=requested)
     scheduler = make_scheduler()
     scheduler.start()
-    slow_peeks(monkeypatch, 1.0, dt.timedelta(0))
+    slow_peeks(monkeypatch, 1.0, None)
 
     result = scheduler.tick()
 
@@ -472,6 +476,7 @@ def test_a_task_due_within_the_peeks_round_trip_is_claimed_in_the_same_tick(
     run = Run.objects.get()
     assert run.trigger == "manual"
     assert run.scheduled_for == requested
+    assert run.started_at is not None
     assert requested <= run.started_at <= database_now("default")
     assert result.now == run.started_at
 
@@ -479,7 +484,7 @@ def test_a_task_due_within_the_peeks_round_trip_is_claimed_in_the_same_tick(
 def test_a_claim_by_the_database_clock_never_claims_before_the_due_time(
     tasks, make_scheduler, monkeypatch
 ):
-    """A peek whose clock reading runs five seconds ahead finds the task due within its
+    """A peek whose clock reading runs about five seconds ahead finds the task due within its
     round trip; the claim judges by the database's clock itself and leaves it alone."""
     if not has_clock("default"):
         pytest.skip("SQLite has no clock of its own: the host's is read at the tick")
@@ -487,7 +492,8 @@ def test_a_claim_by_the_database_clock_never_claims_before_the_due_time(
     tasks("later", next_run_at=requested + dt.timedelta(days=1), run_requested_at=requested)
     scheduler = make_scheduler()
     scheduler.start()
-    slow_peeks(monkeypatch, 0.1, dt.timedelta(seconds=4.95))
+    # 50 ms before the due time, whenever the peek comes; the reply takes 100 ms.
+    slow_peeks(monkeypatch, 0.1, lambda peeked: peeked.next_due - dt.timedelta(seconds=0.05))
 
     result = scheduler.tick()
 
