@@ -110,8 +110,22 @@ def problem(path: KeyPath, value: object, invalid: Invalid) -> Problem:
     return Problem(id=invalid.id, msg=msg, hint=invalid.hint, path=str(path), value=shown)
 
 
+# The longest repr a message quotes whole: every valid task name (at most 100 characters)
+# fits; a longer value is cut, with its length, so that a 10,000-character mistake is named
+# in a line an operator can read.
+SHOWN = 120
+
+
 def show(value: object) -> str:
-    """Return repr(value), or a shortened stand-in when the full one cannot be built."""
+    """Return repr(value), cut when it is longer than SHOWN, or a shortened stand-in when
+    the full one cannot be built."""
+    text = _repr(value)
+    if len(text) <= SHOWN:
+        return text
+    return f"{text[:100]}... ({len(text)} characters)"
+
+
+def _repr(value: object) -> str:
     try:
         return repr(value)
     except Exception:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django_posixcron.cron import CronExpression, CronSyntaxError
 from django_posixcron.declarations.ids import E_CRON_SYNTAX, E_FREQUENCY, E_SCHEDULE_TYPE
-from django_posixcron.declarations.problems import ROOT, Form, Invalid, KeyPath
+from django_posixcron.declarations.problems import ROOT, Form, Invalid, KeyPath, show
 
 
 def schedule(value: object, path: KeyPath) -> str:
@@ -23,7 +23,7 @@ def schedule(value: object, path: KeyPath) -> str:
             E_CRON_SYNTAX,
             Form.IN,
             f"is not a valid POSIX cron expression: {error}",
-            f"Fix the {error.field} field, {error.token!r}: {error.reason}. Five fields: "
+            f"Fix the {error.field} field, {show(error.token)}: {error.reason}. Five fields: "
             "minute hour day-of-month month day-of-week, numbers, ranges and lists only.",
         ) from None
     return str(expression)

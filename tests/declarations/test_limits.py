@@ -38,7 +38,7 @@ def only_problem(raw: Any) -> tuple[str, str, str]:
         (1e20, "1e+20"),
         (1e300, "1e+300"),
         (float("inf"), "inf"),
-        pytest.param(HUGE_INT, "1" + "0" * 400, id="10**400"),
+        pytest.param(HUGE_INT, "1" + "0" * 99 + "... (401 characters)", id="10**400"),
         pytest.param(UNPRINTABLE_INT, "<int of 16610 bits>", id="10**5000"),
         (366 * 86400 + 1, "31622401"),
         (366 * 86400 + 0.5, "31622400.5"),
@@ -85,7 +85,7 @@ def test_366_days_is_accepted_and_stored(value, db):
         (36501, "36501"),
         (1_000_000, "1000000"),
         (10**9, "1000000000"),
-        pytest.param(HUGE_INT, "1" + "0" * 400, id="10**400"),
+        pytest.param(HUGE_INT, "1" + "0" * 99 + "... (401 characters)", id="10**400"),
         pytest.param(UNPRINTABLE_INT, "<int of 16610 bits>", id="10**5000"),
     ],
 )
@@ -110,7 +110,7 @@ def test_history_days_of_a_century_is_accepted():
         (86401, "86401"),
         (1e12, "1000000000000.0"),
         (float("inf"), "inf"),
-        pytest.param(HUGE_INT, "1" + "0" * 400, id="10**400"),
+        pytest.param(HUGE_INT, "1" + "0" * 99 + "... (401 characters)", id="10**400"),
         pytest.param(UNPRINTABLE_INT, "<int of 16610 bits>", id="10**5000"),
     ],
 )

@@ -113,3 +113,27 @@ class TestFrequencyGuardAsDocumented:
         text = " ".join(DOCS.read_text("utf-8").split())
         assert "needs ``POLL_INTERVAL`` under 60 seconds" not in text
         assert "needs ``POLL_INTERVAL`` of at most 60 seconds" in text
+
+
+def test_a_huge_value_is_named_in_a_line_that_can_be_read():
+    """A 5,000-character mistake is cut in the message, with its length; the problem keeps
+    the whole value."""
+    huge = "x" * 5000
+    [problem] = collect({"TASKS": {"t": task(retry_delay=huge)}})[1]
+    assert problem.id == "posixcron.E017"
+    assert problem.msg.startswith("settings.POSIXCRON['TASKS']['t']['retry_delay'] is ")
+    assert problem.msg.endswith(f"but got '{'x' * 99}... (5002 characters).")
+    assert problem.value == huge
+
+
+def test_a_huge_cron_token_is_cut_in_the_hint_too():
+    [problem] = collect({"TASKS": {"t": task(schedule="9" * 5000 + " * * * *")}})[1]
+    assert problem.id == "posixcron.E009"
+    assert len(problem.msg) < 400
+    assert problem.hint.startswith(f"Fix the minute field, '{'9' * 99}... (5002 characters): ")
+
+
+def test_a_name_of_the_longest_valid_length_is_shown_whole():
+    name = "n" * 100
+    [problem] = collect({"TASKS": {name: task(overlap="never")}})[1]
+    assert problem.msg.startswith(f"settings.POSIXCRON['TASKS'][{name!r}]['overlap'] is ")
