@@ -13,11 +13,33 @@ import weakref
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, router
 from django.db.models import DateTimeField, Func
 from django.utils import timezone as dj_timezone
 
 UTC = dt.UTC
+
+
+# PostgreSQL's lock_not_available (lock_timeout); MySQL's ER_LOCK_WAIT_TIMEOUT.
+_PG_LOCK_NOT_AVAILABLE = "55P03"
+_MYSQL_LOCK_WAIT_TIMEOUT = 1205
+
+
+class LockNotGranted(OperationalError):
+    """A lock the app waits for (the reconcile lock) was not granted in time."""
+
+
+def lock_not_granted(exc: BaseException) -> bool:
+    """Whether `exc` is the database saying a lock was not granted in time: the database
+    answered, and another process held what this one waited for."""
+    if isinstance(exc, LockNotGranted):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    # Django re-raises the driver's error with its arguments, the driver's as its cause.
+    if getattr(exc.__cause__, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
+        return True
+    return bool(exc.args) and exc.args[0] == _MYSQL_LOCK_WAIT_TIMEOUT
 
 
 def app_alias(override: str | None = None) -> str:

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone as dj_timezone
 
-from django_posixcron.db import app_alias, database_now
+from django_posixcron.db import LockNotGranted, app_alias, database_now
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.deployments import Peer, live_peers
 from django_posixcron.models import SchedulerProcess, Task
@@ -410,7 +410,7 @@ def _serialised(alias: str) -> Iterator[None]:
         if got != 1:
             # An OperationalError, as PostgreSQL's lock timeout is: the caller backs off and
             # tries again (at start-up too), rather than exiting into a restart loop.
-            raise OperationalError(
+            raise LockNotGranted(
                 f"Another process held the reconcile lock for {MYSQL_LOCK_TIMEOUT} s."
             )
         try:

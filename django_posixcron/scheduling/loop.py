@@ -26,7 +26,13 @@ from django.db import (
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import app_alias, database_now, fast_timestamps, has_clock
+from django_posixcron.db import (
+    app_alias,
+    database_now,
+    fast_timestamps,
+    has_clock,
+    lock_not_granted,
+)
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
@@ -61,6 +67,8 @@ class Outage:
     def __init__(self, stale_after: dt.timedelta) -> None:
         self.stale_after = stale_after
         self.failures = 0
+        # Whether one of them was the database not answering (not only a lock not granted).
+        self.unreachable = False
         # After a database outage every process's heartbeat looks stale, its own included:
         # until this monotonic instant, no other process's runs are presumed lost.
         self.judge_from = 0.0
@@ -72,6 +80,19 @@ class Outage:
         """Count one more failure; log it; return how long to wait before the next try."""
         self.failures += 1
         delay = rules.back_off(self.failures)
+        if lock_not_granted(exc):
+            # The database answered: another process held a lock this one waited for (the
+            # reconcile lock, say). Not an outage: nobody's heartbeat was cut off.
+            if log:
+                logger.warning(
+                    "a database lock was not granted in time (attempt %d), retrying in %.1f s: %s",
+                    self.failures,
+                    delay,
+                    str(exc).strip() or type(exc).__name__,
+                    extra={"action": "db_lock_timeout"},
+                )
+            return delay
+        self.unreachable = True
         if isinstance(exc, DatabaseError):
             # The others were cut off as long as we were, and may be sleeping in their own
             # back-off: once we are back, give them a full stale threshold plus one back-off
@@ -92,13 +113,14 @@ class Outage:
         return delay
 
     def recovered(self) -> None:
-        if self.failures:
+        if self.failures and self.unreachable:
             logger.warning(
                 "database reachable again after %d failed attempts",
                 self.failures,
                 extra={"action": "db_recovered"},
             )
-            self.failures = 0
+        self.failures = 0
+        self.unreachable = False
 
 
 @dataclasses.dataclass

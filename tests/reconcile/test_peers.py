@@ -145,3 +145,65 @@ def test_a_reconciliation_does_not_wait_forever_for_a_frozen_holder_of_the_lock(
         scheduler.reconcile()
     scheduler.reconcile()  # the lock let go: done at the next try
     assert sorted(Task.objects.values_list("name", flat=True)) == ["a", "c"]
+
+
+def test_a_lock_not_granted_in_time_is_logged_as_such_not_as_an_outage(
+    make_scheduler, monkeypatch, caplog
+):
+    """The reconcile lock held elsewhere past its bound: the database answered, so the
+    back-off says a lock was not granted (``db_lock_timeout``), not "database unavailable",
+    and the scheduler goes on judging its peers (an outage makes it wait a stale limit)."""
+    from django.db import OperationalError, connection
+
+    from django_posixcron import reconcile as reconciling
+    from django_posixcron.db import lock_not_granted
+
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("SQLite serialises writers with its own write lock and busy timeout")
+    monkeypatch.setattr(reconciling, "MYSQL_LOCK_TIMEOUT", 1)
+    scheduler = make_scheduler(declarations=V1)
+    with (
+        held_elsewhere(lambda: reconciling._serialised("default")),
+        pytest.raises(OperationalError) as caught,
+    ):
+        scheduler.reconcile()
+    assert lock_not_granted(caught.value)
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    caplog.clear()
+
+    delay = scheduler.outage.failed(caught.value)
+    scheduler.outage.recovered()
+
+    assert delay == 0.5
+    assert [r.action for r in caplog.records] == ["db_lock_timeout"]
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith("a database lock was not granted in time (attempt 1), retrying in 0.5 s: ")
+    )
+    assert scheduler.outage.may_judge_others()
+
+
+def test_a_row_lock_not_granted_in_time_is_recognised(tasks):
+    """The drivers' own lock timeouts: PostgreSQL's lock_not_available, MySQL's 1205."""
+    from django.db import OperationalError, connection, transaction
+
+    from django_posixcron.db import lock_not_granted
+    from tests.harness.locks import task_row_held
+
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("SQLite has no row locks")
+    tasks("held")
+    try:
+        with task_row_held(name="held"), transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SET LOCAL lock_timeout = '100ms'")
+            else:
+                cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            with pytest.raises(OperationalError) as caught:
+                list(Task.objects.select_for_update().filter(name="held"))
+    finally:
+        connection.close()  # MySQL's setting was for this session: the next test's is new
+    assert lock_not_granted(caught.value)
+    assert not lock_not_granted(OperationalError("server closed the connection unexpectedly"))
+    assert not lock_not_granted(ValueError("1205"))
