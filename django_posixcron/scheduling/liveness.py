@@ -24,6 +24,7 @@ from django_posixcron.db import DatabaseNow, database_now, has_clock
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
+from django_posixcron.scheduling.watchdog import Watchdog
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.liveness")
@@ -69,8 +70,11 @@ class Heartbeat:
         every: float,
         running: Callable[[], list[int]],
         stale_after: float | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.using = using
+        # Told of each beat on the thread, so that one the database does not answer is logged.
+        self._watchdog = watchdog
         self.process = process
         self.every = every
         self._running = running
@@ -157,7 +161,11 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.every):
                 try:
-                    self.beat()
+                    if self._watchdog is None:
+                        self.beat()
+                    else:
+                        with self._watchdog.watching("heartbeat"):
+                            self.beat()
                 except DatabaseError as exc:
                     self._failed(exc)
                 else:

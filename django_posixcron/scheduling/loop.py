@@ -43,6 +43,7 @@ from django_posixcron.scheduling.maintenance import Pruner
 from django_posixcron.scheduling.memory import release_freed_memory
 from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
 from django_posixcron.scheduling.rollout import Rollout
+from django_posixcron.scheduling.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -193,6 +194,8 @@ class Scheduler:
         self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
         self.outage = Outage(self.stale_after)
+        # Says so when the loop or the heartbeat waits on a database that does not answer.
+        self.watchdog = Watchdog(self.stale_after.total_seconds())
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
         self._serving_threads = False
@@ -246,6 +249,7 @@ class Scheduler:
             self.heartbeat_every,
             self.runs.pks,
             stale_after=self.stale_after.total_seconds(),
+            watchdog=self.watchdog,
         )
         self.pruner.next_at = now
         if self._serving_threads:
@@ -444,7 +448,8 @@ class Scheduler:
                 started = time.monotonic()
                 # wake_in counts from the tick's instant, not from its end: "a run starts
                 # within milliseconds of its occurrence", not the tick's duration after it.
-                wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
+                with self.watchdog.watching("loop"):
+                    wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
                 wake_in -= time.monotonic() - started
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)
@@ -455,7 +460,8 @@ class Scheduler:
         with self._serving():
             if self.process is None:
                 self.start()
-            result = self.tick()
+            with self.watchdog.watching("loop"):
+                result = self.tick()
             while not self.stopping and not self.wait_idle(self.heartbeat_every):
                 pass
             return result
@@ -468,12 +474,14 @@ class Scheduler:
         if self.heartbeat is not None:
             self.heartbeat.start()
         self.notifier.start()
+        self.watchdog.start()
         try:
             yield
         finally:
             try:
                 self.shutdown()
             finally:
+                self.watchdog.stop()
                 self.signals.restore()
                 # This thread's connection would otherwise outlive the loop it served.
                 connections.close_all()

@@ -1,0 +1,130 @@
+"""A database that stops answering is logged while it lasts, not waited on in silence."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.db import connection, transaction
+
+from django_posixcron.models import SchedulerProcess, Task
+from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling.watchdog import Watchdog
+from tests.harness.locks import held_elsewhere
+from tests.harness.waiting import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def records(caplog: pytest.LogCaptureFixture, action: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "action", "") == action]
+
+
+def parts(caplog: pytest.LogCaptureFixture, action: str) -> list[str]:
+    """The parts ("loop", "heartbeat") the records of `action` name."""
+    return [getattr(r, "part", "") for r in records(caplog, action)]
+
+
+def test_a_wait_past_the_limit_is_logged_once_and_so_is_its_end(caplog):
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    watchdog = Watchdog(limit=0.0)
+    with watchdog.watching("heartbeat"):
+        assert watchdog.check() == ["heartbeat"]
+        assert watchdog.check() == []  # once per wait
+    assert parts(caplog, "db_stalled") == ["heartbeat"]
+    assert (
+        records(caplog, "db_stalled")[0]
+        .getMessage()
+        .startswith("the heartbeat has waited 0 s on the database and is still waiting: ")
+    )
+    [ended] = records(caplog, "db_stall_ended")
+    assert ended.getMessage().startswith("the heartbeat's wait on the database ended after ")
+    # A wait within the limit says nothing.
+    caplog.clear()
+    patient = Watchdog(limit=60.0)
+    with patient.watching("loop"):
+        assert patient.check() == []
+    assert caplog.records == []
+
+
+@contextmanager
+def row_locked(pk: int) -> Iterator[None]:
+    with transaction.atomic():
+        list(SchedulerProcess.objects.select_for_update().filter(pk=pk))
+        yield
+
+
+@contextmanager
+def task_table_locked() -> Iterator[None]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {Task._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
+@contextmanager
+def serving(scheduler: Scheduler) -> Iterator[None]:
+    thread = threading.Thread(target=scheduler.run)
+    thread.start()
+    try:
+        yield
+    finally:
+        scheduler.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def quick(scheduler: Scheduler) -> None:
+    """The watchdog's limit and period of a test, not the 30 s stale limit."""
+    scheduler.watchdog.limit = 0.5
+    scheduler.watchdog.every = 0.1
+
+
+def test_a_heartbeat_the_database_does_not_answer_is_logged_while_it_waits(
+    tasks, make_scheduler, caplog
+):
+    """The process row locked elsewhere: the heartbeat's update waits, as it would on a
+    frozen server; the watchdog says so, then says when the wait ended."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no row locks")
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    tasks("later", schedule="0 3 * * *")
+    scheduler = make_scheduler(poll_interval=1)
+    scheduler.start()
+    quick(scheduler)
+    with serving(scheduler):
+        with held_elsewhere(lambda: row_locked(scheduler.process.pk)):
+            wait_until(
+                lambda: records(caplog, "db_stalled"), what="the heartbeat's wait to be logged"
+            )
+            assert parts(caplog, "db_stalled") == ["heartbeat"]
+        wait_until(lambda: records(caplog, "db_stall_ended"), what="its end to be logged")
+    assert parts(caplog, "db_stall_ended") == ["heartbeat"]
+    assert not records(caplog, "db_error")
+
+
+def test_a_tick_the_database_does_not_answer_is_logged_while_it_waits(
+    tasks, make_scheduler, caplog
+):
+    """The task table locked elsewhere: the loop's read of it waits; the watchdog says so."""
+    if connection.vendor != "postgresql":
+        pytest.skip("LOCK TABLE ... IN ACCESS EXCLUSIVE MODE is PostgreSQL's")
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    tasks("later", schedule="0 3 * * *")
+    scheduler = make_scheduler(poll_interval=1)
+    scheduler.start()
+    quick(scheduler)
+    with serving(scheduler):
+        with held_elsewhere(task_table_locked):
+            wait_until(
+                lambda: "loop" in parts(caplog, "db_stalled"),
+                what="the loop's wait to be logged",
+            )
+        wait_until(
+            lambda: "loop" in parts(caplog, "db_stall_ended"),
+            what="its end to be logged",
+        )
+    [stalled] = [r for r in records(caplog, "db_stalled") if getattr(r, "part", "") == "loop"]
+    assert stalled.getMessage().startswith("the scheduler loop has waited ")
