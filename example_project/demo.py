@@ -39,6 +39,8 @@ MANAGE = [sys.executable, str(HERE / "manage.py")]
 # keeps Ctrl-C snappy; the wait below allows for it plus the web server's own shutdown.
 SCHEDULER_GRACE = 10.0
 STOP_TIMEOUT = SCHEDULER_GRACE + 10.0
+# How long runserver gets to stop on SIGINT before a SIGTERM.
+WEB_SIGINT_WAIT = 3.0
 READY_TIMEOUT = 60.0
 
 _print_lock = threading.Lock()
@@ -251,6 +253,11 @@ def main() -> int:
     for child in children:
         child.signal(signal.SIGINT)
     deadline = time.monotonic() + STOP_TIMEOUT
+    # runserver stops on Ctrl-C through Python's KeyboardInterrupt, which is lost when the
+    # signal lands in a weakref callback or a __del__ ("Exception ignored"): still up after
+    # this long, it gets a SIGTERM, which ends it whatever it is doing. (The scheduler and the
+    # worker never get a second signal: for them it means "stop at once".)
+    web_term_at = time.monotonic() + WEB_SIGINT_WAIT
     killed = False
     for child in children:
         while child.process.poll() is None:
@@ -258,6 +265,9 @@ def main() -> int:
                 for other in children:
                     other.signal(signal.SIGKILL)
                 killed = True
+            elif time.monotonic() > web_term_at and children[0].process.poll() is None:
+                children[0].signal(signal.SIGTERM)
+                web_term_at = deadline
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=0.2)
     for child in children:

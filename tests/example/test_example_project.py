@@ -256,7 +256,8 @@ def test_demo_serves_the_admin_runs_the_scheduler_and_stops_on_sigint(env, worke
         assert 100 <= int(took.group(1)) < 100 + 2 * TIMEOUT, output
         assert "[web] " in output
         assert "[scheduler] " in output
-        assert "[demo] web stopped (exit code 0)." in output
+        # 0, or -15 when runserver lost its KeyboardInterrupt and the demo sent SIGTERM.
+        assert re.search(r"\[demo\] web stopped \(exit code (0|-15)\)\.", output), output
         assert "[demo] scheduler stopped (exit code 0)." in output
         if worker:
             assert "handed_off=1" in output
