@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -76,10 +77,16 @@ def serving(scheduler: Scheduler) -> Iterator[None]:
     assert not thread.is_alive()
 
 
-def quick(scheduler: Scheduler) -> None:
-    """The watchdog's limit and period of a test, not the 30 s stale limit."""
+def watched_scheduler(tasks: Any, make_scheduler: Any, caplog: Any) -> Scheduler:
+    """A started scheduler with a task not due, its watchdog's limit and period a test's
+    (not the 30 s stale limit), the app's log captured."""
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    tasks("later", schedule="0 3 * * *")
+    scheduler: Scheduler = make_scheduler(poll_interval=1)
+    scheduler.start()
     scheduler.watchdog.limit = 0.5
     scheduler.watchdog.every = 0.1
+    return scheduler
 
 
 def test_a_heartbeat_the_database_does_not_answer_is_logged_while_it_waits(
@@ -89,13 +96,11 @@ def test_a_heartbeat_the_database_does_not_answer_is_logged_while_it_waits(
     frozen server; the watchdog says so, then says when the wait ended."""
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no row locks")
-    caplog.set_level(logging.INFO, logger="django_posixcron")
-    tasks("later", schedule="0 3 * * *")
-    scheduler = make_scheduler(poll_interval=1)
-    scheduler.start()
-    quick(scheduler)
+    scheduler = watched_scheduler(tasks, make_scheduler, caplog)
+    assert scheduler.process is not None
+    pk = scheduler.process.pk
     with serving(scheduler):
-        with held_elsewhere(lambda: row_locked(scheduler.process.pk)):
+        with held_elsewhere(lambda: row_locked(pk)):
             wait_until(
                 lambda: records(caplog, "db_stalled"), what="the heartbeat's wait to be logged"
             )
@@ -111,11 +116,7 @@ def test_a_tick_the_database_does_not_answer_is_logged_while_it_waits(
     """The task table locked elsewhere: the loop's read of it waits; the watchdog says so."""
     if connection.vendor != "postgresql":
         pytest.skip("LOCK TABLE ... IN ACCESS EXCLUSIVE MODE is PostgreSQL's")
-    caplog.set_level(logging.INFO, logger="django_posixcron")
-    tasks("later", schedule="0 3 * * *")
-    scheduler = make_scheduler(poll_interval=1)
-    scheduler.start()
-    quick(scheduler)
+    scheduler = watched_scheduler(tasks, make_scheduler, caplog)
     with serving(scheduler):
         with held_elsewhere(task_table_locked):
             wait_until(
