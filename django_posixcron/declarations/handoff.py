@@ -19,7 +19,14 @@ from django_posixcron.declarations.declaration import (
     Enqueue,
 )
 from django_posixcron.declarations.ids import E_ENQUEUE, E_START_DEADLINE
-from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean, show
+from django_posixcron.declarations.problems import (
+    Form,
+    Invalid,
+    KeyPath,
+    closest,
+    did_you_mean,
+    show,
+)
 from django_posixcron.declarations.values import delay, is_number
 
 ENQUEUE_KEYS = ("backend", "queue_name", "priority")
@@ -59,28 +66,47 @@ def enqueue(value: object, path: KeyPath) -> Enqueue | None:
         return Enqueue()
     if not isinstance(value, Mapping):
         raise Invalid(E_ENQUEUE, Form.EXPECTED, "True, False or a dict", _ENQUEUE_HINT)
-    for key in value:
-        if key not in ENQUEUE_KEYS:
-            hint = f"{did_you_mean(key, ENQUEUE_KEYS)}Known keys: {', '.join(ENQUEUE_KEYS)}."
-            raise Invalid(E_ENQUEUE, Form.GOT, f"has an unknown key {show(key)}", hint)
+    # Every mistake of the dict at once, in one message: a user fixing an unknown key should
+    # not learn of a bad priority only at the next check.
+    details: list[str] = []
+    hints: list[str] = []
+    unknown = [key for key in value if key not in ENQUEUE_KEYS]
+    if unknown:
+        keys = ", ".join(show(key) for key in unknown)
+        details.append(
+            f"has unknown keys {keys}" if len(unknown) > 1 else f"has an unknown key {keys}"
+        )
+        if len(unknown) == 1:
+            suggestions = did_you_mean(unknown[0], ENQUEUE_KEYS)
+        else:
+            suggestions = "".join(
+                f"For {show(key)}, did you mean {close!r}? "
+                for key in unknown
+                if (close := closest(key, ENQUEUE_KEYS))
+            )
+        hints.append(f"{suggestions}Known keys: {', '.join(ENQUEUE_KEYS)}.")
     options: dict[str, Any] = {}
     for key in ("backend", "queue_name"):
         if key in value:
             given = value[key]
             if not isinstance(given, str) or not given or "\x00" in given:
-                detail = f"needs {key!r} to be a non-empty str"
-                hint = f"Name the Django Tasks {key.replace('_name', '')} alias, e.g. 'default'."
-                raise Invalid(E_ENQUEUE, Form.GOT, detail, hint)
-            options[key] = given
+                details.append(f"needs {key!r} to be a non-empty str")
+                hints.append(
+                    f"Name the Django Tasks {key.replace('_name', '')} alias, e.g. 'default'."
+                )
+            else:
+                options[key] = given
     if "priority" in value:
         priority = value["priority"]
         if not (is_number(priority) and isinstance(priority, int)) or not (
             MIN_PRIORITY <= priority <= MAX_PRIORITY
         ):
-            detail = f"needs 'priority' to be an int from {MIN_PRIORITY} to {MAX_PRIORITY}"
-            hint = "Use e.g. 0, the Django Tasks default priority."
-            raise Invalid(E_ENQUEUE, Form.GOT, detail, hint)
-        options["priority"] = priority
+            details.append(f"needs 'priority' to be an int from {MIN_PRIORITY} to {MAX_PRIORITY}")
+            hints.append("Use e.g. 0, the Django Tasks default priority.")
+        else:
+            options["priority"] = priority
+    if details:
+        raise Invalid(E_ENQUEUE, Form.GOT, "; ".join(details), " ".join(hints))
     return Enqueue(**options)
 
 

@@ -542,6 +542,24 @@ def test_all_problems_at_once_and_valid_tasks_kept():
     ]
 
 
+def test_every_mistake_of_an_enqueue_dict_is_in_its_one_error():
+    enqueue = {"queue": "cron", "backnd": "rq", "backend": "", "priority": 1000}
+    found = problems_for(one_task(**task(), enqueue=enqueue))
+    assert [id_ for id_, _, _ in found] == ["posixcron.E030"]
+    _, msg, hint = found[0]
+    assert msg == (
+        f"{TASK}['enqueue'] has unknown keys 'queue', 'backnd'; needs 'backend' to be a "
+        "non-empty str; needs 'priority' to be an int from -100 to 100. Got "
+        f"{enqueue!r}."
+    )
+    assert hint.startswith(
+        "For 'queue', did you mean 'queue_name'? For 'backnd', did you mean 'backend'? "
+        "Known keys: backend, queue_name, priority."
+    )
+    assert "alias, e.g. 'default'" in hint
+    assert hint.endswith("Use e.g. 0, the Django Tasks default priority.")
+
+
 def test_missing_posixcron_means_no_tasks(settings):
     del settings.POSIXCRON
     assert collect() == ({}, [])
