@@ -9,6 +9,7 @@ EXAMPLE_PROJECT_WORKER  set by demo.py --worker: declares "on-a-worker", handed 
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import environ
 
@@ -94,7 +95,7 @@ TEMPLATES = [
 
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
-POSIXCRON = {
+POSIXCRON: dict[str, Any] = {
     "TASKS": {
         "hello": {
             "schedule": "* * * * *",
