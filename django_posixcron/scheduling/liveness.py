@@ -10,7 +10,6 @@ import datetime as dt
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from django_posixcron.db import DatabaseNow, database_now, has_clock
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
+from django_posixcron.scheduling.periodic import Periodic
 from django_posixcron.scheduling.watchdog import Watchdog
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
@@ -60,8 +60,10 @@ def release_declarations(using: str, process: SchedulerProcess) -> None:
     process.declaration_set = ""
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """Beat for one process row every `every` seconds on a thread and connection of its own."""
+
+    thread_name = "posixcron-heartbeat"
 
     def __init__(
         self,
@@ -72,11 +74,11 @@ class Heartbeat:
         stale_after: float | None = None,
         watchdog: Watchdog | None = None,
     ) -> None:
+        super().__init__(every)
         self.using = using
         # Told of each beat on the thread, so that one the database does not answer is logged.
         self._watchdog = watchdog
         self.process = process
-        self.every = every
         self._running = running
         # A silence longer than this (the process stopped, frozen, or cut off from the
         # database) let the others judge us dead: noted for the loop (silence()).
@@ -85,27 +87,7 @@ class Heartbeat:
         self._silence: float | None = None
         # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
         self._queries = QueryCache(using)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing = False
-
-    @property
-    def threaded(self) -> bool:
-        return self._thread is not None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._serve, name="posixcron-heartbeat", daemon=True
-            )
-            self._thread.start()
-
-    def stop(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
-            thread.join(self.every + 5)
 
     def beat(self, now: dt.datetime | None = None) -> None:
         """Write one heartbeat: `now`, else the database's own clock (in the statement)."""

@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from django_posixcron.scheduling.periodic import Periodic
+
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.watchdog")
 
@@ -23,7 +25,7 @@ logger = logging.getLogger("django_posixcron.scheduler.watchdog")
 PARTS = {"loop": "the scheduler loop", "heartbeat": "the heartbeat"}
 
 
-class Watchdog:
+class Watchdog(Periodic):
     """Watch the loop's ticks and the heartbeats; log a wait on the database past `limit`.
 
     `limit` is the stale limit: by then the other schedulers presume this process gone (a
@@ -31,28 +33,14 @@ class Watchdog:
     retried elsewhere.
     """
 
+    thread_name = "posixcron-watchdog"
+
     def __init__(self, limit: float, every: float = 1.0) -> None:
+        super().__init__(every)
         self.limit = limit
-        self.every = every
         self._lock = threading.Lock()
         # part -> [when its wait began (monotonic), whether it was reported]
         self._waiting: dict[str, list[float | bool]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._serve, name="posixcron-watchdog", daemon=True
-            )
-            self._thread.start()
-
-    def stop(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
-            thread.join(self.every + 5)
 
     @contextlib.contextmanager
     def watching(self, part: str) -> Iterator[None]:
