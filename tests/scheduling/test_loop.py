@@ -17,7 +17,10 @@ from django.utils import timezone
 
 from django_posixcron.db import database_now, has_clock
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.loop import RECEIVERS_DRAIN
 from django_posixcron.scheduling.rules import BACKOFF_MAX
+from django_posixcron.scheduling.shutdown import receivers_time
+from django_posixcron.signals import run_finished
 from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
@@ -192,6 +195,48 @@ def test_shutdown_marks_runs_still_running_interrupted(tasks, make_scheduler, ga
     assert task.retry_at is not None
     assert SchedulerProcess.objects.get().stopped_at is not None
     event.set()
+
+
+def test_a_run_that_used_the_grace_leaves_receivers_seconds_not_ten(
+    tasks, make_scheduler, gate, caplog
+):
+    """A run held the whole grace period and a run_finished receiver is slow: the exit still
+    ends about two seconds past the grace (the default 25 s fits Kubernetes' 30 s), and the
+    signal not sent is logged. Receivers used to get 10 s more, whatever the grace had used."""
+    name, event = gate
+    tasks(callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler(grace=0.5)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(sender: object, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    run_finished.connect(slow, weak=False)
+    scheduler.notifier.start()
+    try:
+        scheduler.tick(T0)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+            scheduler.shutdown()
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        event.set()
+        run_finished.disconnect(slow)
+    assert entered.is_set()
+    assert Run.objects.get().status == RunStatus.INTERRUPTED
+    assert took < RECEIVERS_DRAIN, took
+    [warning] = [r for r in caplog.records if getattr(r, "action", "") == "signals_abandoned"]
+    assert "signal receivers still busy after 2 s" in warning.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("left_of_grace", "expected"),
+    [(20.0, 10.0), (1.0, 3.0), (0.0, 2.0), (-1.5, 0.5), (-60.0, 0.5)],
+)
+def test_receivers_get_at_most_two_seconds_past_the_grace(left_of_grace, expected):
+    assert receivers_time(100.0 + left_of_grace, 10.0, 100.0) == pytest.approx(expected)
 
 
 def test_run_returns_after_request_stop(tasks, make_scheduler):
