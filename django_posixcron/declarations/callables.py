@@ -22,6 +22,8 @@ from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
 
 _R = TypeVar("_R")
 
+CALLABLE_PATH_MAX_LENGTH = 255  # Task.callable_path max_length
+
 # Enough for any real decorator stack; stops a __wrapped__ chain that loops or never ends.
 MAX_WRAPPED_LAYERS = 100
 
@@ -32,11 +34,23 @@ def callable_path(value: object, path: KeyPath) -> str:
         hint = 'Use the import path of a function, e.g. "myapp.jobs.nightly_report".'
         what = "a dotted path to a callable as a str"
         raise Invalid(E_CALLABLE_TYPE, Form.EXPECTED, what, hint)
+    if len(value) > CALLABLE_PATH_MAX_LENGTH:
+        raise Invalid(
+            E_CALLABLE_TYPE,
+            Form.GOT,
+            f"is {len(value)} characters long; the database stores at most "
+            f"{CALLABLE_PATH_MAX_LENGTH}",
+            "Import the callable into a module with a shorter path (a jobs module of the "
+            "project, say) and name it there.",
+        )
     try:
         func = import_string(value)
-    except (Exception, SystemExit) as error:
+    except KeyboardInterrupt:
+        raise  # Ctrl-C while the checks import: the user's, not the module's
+    except BaseException as error:
         # Any exception: a module that raises while importing is as broken as a missing one;
-        # a sys.exit() at import would otherwise end `manage.py check` with its text alone.
+        # a sys.exit() at import would otherwise end `manage.py check` with its text alone,
+        # and a BaseException of the module's own with a traceback.
         raise Invalid(
             E_CALLABLE_IMPORT,
             Form.ASSIGNED,
@@ -68,7 +82,7 @@ def callable_path(value: object, path: KeyPath) -> str:
             "is a generator function; calling it does not run its body.",
             "Declare a plain function (no 'yield'), or one that consumes the generator.",
         )
-    return value
+    return str.__str__(value)  # a plain str, as stored and hashed
 
 
 def _per_callable(inspect_it: Callable[[Any], _R]) -> Callable[[Any], _R]:

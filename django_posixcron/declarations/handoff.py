@@ -55,11 +55,15 @@ def enqueue(value: object, path: KeyPath) -> Enqueue | None:
     if isinstance(value, Enqueue):  # the top-level ENQUEUE, already checked, as a default
         return value
     if value is None:
+        top_level = path.key == "ENQUEUE"
         raise Invalid(
             E_ENQUEUE,
             Form.EXPECTED,
             "True, False or a dict",
-            "Leave the key out to follow ENQUEUE, or say False to run the task inside the "
+            "Leave the key out (or say False) to run tasks inside the scheduler, or say True "
+            "to hand them to the Django Tasks defaults."
+            if top_level
+            else "Leave the key out to follow ENQUEUE, or say False to run the task inside the "
             "scheduler.",
         )
     if value is True:
@@ -120,7 +124,15 @@ _deadline = delay(
 
 def start_deadline(value: object, path: KeyPath) -> dt.timedelta | None:
     """Return the start deadline given, None when left out (the default applies)."""
-    deadline: dt.timedelta | None = _deadline(value, path)
+    try:
+        deadline: dt.timedelta | None = _deadline(value, path)
+    except Invalid as invalid:
+        # Zero, negative or under a microsecond: the minimum to name is MIN_START_DEADLINE.
+        if invalid.form is Form.TOO_LARGE or not (
+            isinstance(value, dt.timedelta) or (is_number(value) and value == value)  # not NaN
+        ):
+            raise
+        deadline = dt.timedelta(0)
     if deadline is not None and deadline < MIN_START_DEADLINE:
         hint = (
             "A worker needs time to pick a run up; use at least "

@@ -13,7 +13,13 @@ from django_posixcron.declarations.values import (
     SURROGATE_DETAIL,
     has_nul,
     has_surrogate,
+    json_depth,
 )
+
+# The deepest nesting of dicts and lists every supported database stores: MariaDB refuses a
+# JSON value nested deeper than this (its JSON_VALID check on the column), PostgreSQL and
+# MySQL accept more.
+MAX_JSON_DEPTH = 31
 
 JSON_HINT = (
     "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
@@ -55,6 +61,14 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
     # Round-trip so that what is hashed and compared equals what the JSONField gives back
     # (tuples become lists).
     normalised: dict[str, Any] = json.loads(text)
+    depth = json_depth(normalised)
+    if depth > MAX_JSON_DEPTH:
+        detail = (
+            f"is nested {depth} dicts and lists deep (the kwargs dict counts as one); the "
+            f"database stores at most {MAX_JSON_DEPTH} (MariaDB's limit for JSON)"
+        )
+        hint = "Flatten the arguments, or pass such data another way (e.g. as a JSON string)."
+        raise Invalid(E_KWARGS_JSON, Form.GOT, detail, hint)
     if has_nul(normalised):
         hint = "Remove the NUL character, or pass such data another way (e.g. base64)."
         raise Invalid(E_KWARGS_JSON, Form.GOT, NUL_DETAIL, hint)

@@ -39,7 +39,7 @@ from django_posixcron.declarations.ids import (
     E_UNKNOWN_TASK_KEY,
 )
 from django_posixcron.declarations.kwargs import kwargs
-from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean
+from django_posixcron.declarations.problems import Form, Invalid, KeyPath, did_you_mean, show
 from django_posixcron.declarations.schedule import frequency_guard, schedule
 from django_posixcron.declarations.table import Key, Report, Rule, Table
 from django_posixcron.declarations.values import (
@@ -62,9 +62,25 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 HOST_ZONE_LINKS = frozenset({"localtime", "posixrules"})
 
 
+# Directories of the zone database some hosts install beside the zones: "right/" zones count
+# leap seconds (their hours are not the civil ones), "posix/" ones are copies. Neither is an
+# IANA name, and another host may not have them or have them differ.
+HOST_ZONE_VARIANTS = ("right/", "posix/")
+
+
 def timezone(value: object, path: KeyPath) -> str:
     """Return the IANA name of a zone given by name or as a ZoneInfo."""
+    given = value
     if isinstance(value, zoneinfo.ZoneInfo):
+        if value.key is None:
+            # ZoneInfo.from_file(): a file, not a name every process can look up.
+            raise Invalid(
+                E_TIMEZONE,
+                Form.EXPECTED,
+                "an IANA time zone name, not a zone read from a file",
+                "Name the zone, such as 'Europe/Berlin' or 'UTC', or use ZoneInfo(name).",
+                shown=given,
+            )
         value = value.key
     if isinstance(value, str) and value in HOST_ZONE_LINKS:
         raise Invalid(
@@ -75,13 +91,24 @@ def timezone(value: object, path: KeyPath) -> str:
             f"{value!r} to another zone.",
             shown=value,
         )
+    if isinstance(value, str) and value.startswith(HOST_ZONE_VARIANTS):
+        zone = value.split("/", 1)[1]
+        raise Invalid(
+            E_TIMEZONE,
+            Form.EXPECTED,
+            "an IANA time zone name, not a variant from this host's zone files",
+            f"Name the zone itself, such as {show(zone)}: the 'right/' and 'posix/' zones "
+            "are not IANA names (the 'right/' ones count leap seconds, so their hours are not "
+            "the civil ones), and other hosts may lack them.",
+            shown=value,
+        )
     if isinstance(value, str) and value:
         try:
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
             pass
         else:
-            return value
+            return str.__str__(value)  # a plain str, as stored and hashed
     raise Invalid(
         E_TIMEZONE,
         Form.EXPECTED,
@@ -127,7 +154,7 @@ def description(value: object, path: KeyPath) -> str:
     if has_surrogate(value):
         hint = "Write the description as valid Unicode text."
         raise Invalid(E_DESCRIPTION, Form.GOT, SURROGATE_DETAIL, hint, shown=value)
-    return value
+    return str.__str__(value)  # a plain str, as stored and hashed
 
 
 # In the order the hint for an unknown key lists them. The rules run once the keys they need

@@ -47,6 +47,9 @@ def delay(id: str, hint: str, *, none_allowed: bool = False) -> Validator:
         if _above(value, MAX_DELAY.total_seconds()):
             limit = f"at most {MAX_DELAY.days} days ({MAX_DELAY.total_seconds():.0f} seconds)"
             raise Invalid(id, Form.TOO_LARGE, limit, hint)
+        if _above(value, 0):
+            # Positive, but under the microsecond a timedelta (and the database) can hold.
+            raise Invalid(id, Form.TOO_SMALL, "at least one microsecond (0.000001 seconds)", hint)
         what = "a positive number of seconds or a positive timedelta"
         raise Invalid(id, Form.EXPECTED, what, hint)
 
@@ -100,7 +103,8 @@ def choice(id: str, choices: Sequence[str], hint: str) -> Validator:
         if value not in choices:
             what = " or ".join(show(option) for option in choices)
             raise Invalid(id, Form.EXPECTED, what, hint)
-        return str(value)
+        # The choice itself: str() of a (str, Enum) member is "Overlap.SKIP", not "skip".
+        return next(option for option in choices if option == value)
 
     return validate
 
@@ -116,13 +120,34 @@ def has_surrogate(value: Any) -> bool:
 
 
 def _any_str(value: Any, test: Callable[[str], bool]) -> bool:
-    if isinstance(value, str):
-        return test(value)
-    if isinstance(value, dict):
-        return any(_any_str(k, test) or _any_str(v, test) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_any_str(item, test) for item in value)
+    # A loop, not recursion: JSON as deep as json.dumps accepts must not overflow the stack.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if test(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
+
+
+def json_depth(value: Any) -> int:
+    """Return how many containers (dicts, lists) deep `value` nests; 0 for a scalar."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -96,8 +96,9 @@ def _check_place(
     try:
         backend = tasks.task_backends[alias]
     except tasks.InvalidTaskBackend as exc:
-        configured = list(getattr(settings, "TASKS", None) or [framework.DEFAULT_ALIAS])
-        if alias in (getattr(settings, "TASKS", None) or {}):
+        defined = getattr(settings, "TASKS", None)
+        configured = [framework.DEFAULT_ALIAS] if defined is None else list(defined)
+        if alias in (defined or {}):
             # Defined, but its BACKEND path does not import: the framework raises the same
             # exception as for an alias it does not know.
             return [
@@ -113,8 +114,14 @@ def _check_place(
             checks.Error(
                 f"{path} names the Tasks backend {alias!r} ({which}), which settings.TASKS "
                 f"does not define.",
-                hint=f"{did_you_mean(alias, configured)}Backends defined: "
-                f"{', '.join(map(repr, configured))}.",
+                hint=(
+                    f"{did_you_mean(alias, configured)}Backends defined: "
+                    f"{', '.join(map(repr, configured))}."
+                    if configured
+                    else "settings.TASKS defines no backend: define one (e.g. TASKS = "
+                    "{'default': {'BACKEND': 'django_tasks_db.DatabaseBackend'}}), or run the "
+                    'task inside the scheduler ("enqueue": False).'
+                ),
                 id=E_UNKNOWN_BACKEND,
             )
         ]

@@ -75,6 +75,20 @@ def test_an_unknown_backend_is_an_error_naming_the_path_and_the_defined_ones(
     assert "'default', 'rq'" in str(error.hint)
 
 
+def test_no_backend_defined_says_so_instead_of_suggesting_the_missing_default(
+    posixcron, tasks_backends
+):
+    tasks_backends()  # TASKS = {}
+    posixcron({"export": job(enqueue=True)})
+
+    (error,) = handoff_messages()
+
+    assert error.id == "posixcron.E033"
+    assert "names the Tasks backend 'default'" in error.msg
+    assert str(error.hint).startswith("settings.TASKS defines no backend: define one")
+    assert "Did you mean" not in str(error.hint)
+
+
 def test_the_top_level_enqueue_is_named_once_for_every_task_inheriting_it(
     posixcron, tasks_backends
 ):

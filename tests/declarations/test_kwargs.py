@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from django_posixcron.declarations import collect
+from django_posixcron.models import Task
+from django_posixcron.reconcile import reconcile
 from tests.harness.declaring import task
 
 KWARGS = "settings.POSIXCRON['TASKS']['t']['kwargs']"
@@ -101,3 +103,34 @@ def test_deeply_nested_kwargs_that_are_not_a_dict_are_reported_not_raised():
     [problem] = problems
     assert problem.id == "posixcron.E014"
     assert problem.msg.startswith(f"{KWARGS} is misconfigured. Expected a dict with str keys")
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """kwargs whose dicts and lists nest `levels` deep, the kwargs dict included."""
+    value: Any = "leaf"
+    for level in range(levels - 1):
+        value = [value] if level % 2 else {"a": value}
+    return {"label": value}
+
+
+@pytest.mark.django_db
+def test_kwargs_as_deep_as_every_database_stores_are_stored_and_read_back():
+    declarations, problems = collect(
+        {"TASKS": {"t": task(callable="tests.testapp.jobs.record", kwargs=nested(31))}}
+    )
+    assert problems == []
+    reconcile(declarations=declarations)
+    assert Task.objects.get(name="t").kwargs == nested(31)
+
+
+@pytest.mark.parametrize("levels", [32, 400])
+def test_kwargs_deeper_than_mariadb_stores_are_refused_with_their_depth(levels):
+    # MariaDB's JSON_VALID check refused the row: reconciling crashed with an IntegrityError
+    # (and 400 levels crashed the check itself with a RecursionError).
+    check_id, msg, hint = only_problem(nested(levels))
+    assert check_id == "posixcron.E015"
+    assert msg.startswith(
+        f"{KWARGS} is nested {levels} dicts and lists deep (the kwargs dict counts as one); "
+        "the database stores at most 31 (MariaDB's limit for JSON). Got {'label': "
+    )
+    assert hint.startswith("Flatten the arguments")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
+import io
+import struct
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -19,9 +22,20 @@ from django_posixcron.declarations import (
     collect,
     load_declarations,
 )
+from django_posixcron.models import Task
+from django_posixcron.reconcile import reconcile
 from tests.harness.declaring import task
 
 TASK = "settings.POSIXCRON['TASKS']['t']"
+# A zone file for UTC (TZif version 1: one local time type, no transitions), for a ZoneInfo
+# read from a file, which has no key.
+UTC_TZIF = (
+    b"TZif"
+    + bytes(16)
+    + struct.pack(">6l", 0, 0, 0, 0, 1, 4)
+    + struct.pack(">lBB", 0, 0, 0)
+    + b"UTC\0"
+)
 
 
 def problems_for(raw: Any) -> list[tuple[str, str, str]]:
@@ -140,6 +154,20 @@ CASES = [
         "imports cleanly",
     ),
     (
+        "posixcron.E011",
+        one_task(**task(callable="tests.testapp.raises_base_exception_on_import.run")),
+        "cannot be imported: Abort: aborted at import",
+        "'tests.testapp.raises_base_exception_on_import.run'",
+        "imports cleanly",
+    ),
+    (
+        "posixcron.E010",
+        one_task(**task(callable="tests.testapp.jobs." + "n" * 240)),
+        "is 259 characters long; the database stores at most 255",
+        "'tests.testapp.jobs.nnnn",
+        "shorter path",
+    ),
+    (
         "posixcron.E026",
         one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.CallableJob"),
         "is a class whose instances are callable; calling the class only creates an instance",
@@ -152,6 +180,27 @@ CASES = [
         "not a link to this host's zone",
         "'localtime'",
         "another host may link 'localtime' to another zone",
+    ),
+    (
+        "posixcron.E016",
+        one_task(**task(), timezone="right/Europe/Berlin"),
+        "not a variant from this host's zone files",
+        "'right/Europe/Berlin'",
+        "such as 'Europe/Berlin': the 'right/' and 'posix/' zones are not IANA names",
+    ),
+    (
+        "posixcron.E016",
+        one_task(**task(), timezone="posix/UTC"),
+        "not a variant from this host's zone files",
+        "'posix/UTC'",
+        "such as 'UTC'",
+    ),
+    (
+        "posixcron.E016",
+        one_task(**task(), timezone=ZoneInfo.from_file(io.BytesIO(UTC_TZIF))),
+        "not a zone read from a file",
+        "ZoneInfo.from_file",
+        "use ZoneInfo(name)",
     ),
     (
         "posixcron.E030",
@@ -294,7 +343,6 @@ CASES = [
             ("300", "'300'"),
             (float("nan"), "nan"),
             (dt.timedelta(0), "timedelta(0)"),
-            (1e-7, "1e-07"),  # rounds to zero microseconds
         ]
     ],
     *[
@@ -345,7 +393,42 @@ CASES = [
     ("posixcron.E028", one_task(**task(), pause_after_failures=0), "positive int", "0", "5"),
     ("posixcron.E028", one_task(**task(), pause_after_failures=True), "positive int", "True", "5"),
     ("posixcron.E029", {"FAILING_AFTER": 0}, "settings.POSIXCRON['FAILING_AFTER']", "0", "3"),
+    (
+        "posixcron.E017",
+        one_task(**task(), retry_delay=1e-7),
+        "is too small: expected at least one microsecond (0.000001 seconds)",
+        "1e-07",
+        "300",
+    ),
+    (
+        "posixcron.E031",
+        one_task(**task(), enqueue=True, start_deadline=0),
+        "is too small: expected at least 10 seconds",
+        "got 0.",
+        "at least 10",
+    ),
+    (
+        "posixcron.E031",
+        one_task(**task(), enqueue=True, start_deadline=-dt.timedelta(minutes=5)),
+        "is too small: expected at least 10 seconds",
+        "timedelta(days=-1, seconds=86100)",
+        "at least 10",
+    ),
+    (
+        "posixcron.E031",
+        one_task(**task(), enqueue=True, start_deadline=float("nan")),
+        "Expected a positive number of seconds or a positive timedelta",
+        "nan",
+        "worker",
+    ),
     ("posixcron.E030", {"ENQUEUE": "yes"}, "settings.POSIXCRON['ENQUEUE']", "'yes'", "True"),
+    (
+        "posixcron.E030",
+        {"ENQUEUE": None},
+        "settings.POSIXCRON['ENQUEUE'] is misconfigured",
+        "None",
+        "Leave the key out (or say False) to run tasks inside the scheduler",
+    ),
     (
         "posixcron.E030",
         one_task(**task(), enqueue={"queue": "cron"}),
@@ -508,6 +591,37 @@ def test_valid_task_with_every_key():
     from tests.testapp import jobs
 
     assert declaration.resolve() is jobs.record
+
+
+class Text(str, enum.Enum):  # noqa: UP042 - the case: a (str, Enum), not a StrEnum
+    """Settings text from a project's own (str, Enum): str() of a member is "Text.ALLOW"."""
+
+    ALLOW = "allow"
+    ZONE = "Europe/Berlin"
+    CALLABLE = "tests.testapp.jobs.record"
+    DESCRIPTION = "Mail it"
+
+
+@pytest.mark.django_db
+def test_text_given_as_str_enum_members_is_stored_as_the_text():
+    # The overlap was stored as "Text.ALLOW": the claim, which compares it with "skip",
+    # then treated every such task as "allow" (and "skip" ones too).
+    definition = task(
+        callable=Text.CALLABLE, overlap=Text.ALLOW, timezone=Text.ZONE, description=Text.DESCRIPTION
+    )
+    declarations, problems = collect({"TASKS": {"t": definition}})
+    assert problems == []
+    reconcile(declarations=declarations)
+    stored = Task.objects.values("overlap", "timezone", "callable_path", "description").get()
+    assert stored == {
+        "overlap": "allow",
+        "timezone": "Europe/Berlin",
+        "callable_path": "tests.testapp.jobs.record",
+        "description": "Mail it",
+    }
+    assert all(type(value) is str for value in stored.values())
+    declaration = declarations["t"]
+    assert type(declaration.overlap) is type(declaration.timezone) is str
 
 
 def test_kwargs_are_normalised_to_what_the_database_returns():
