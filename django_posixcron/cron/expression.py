@@ -321,7 +321,40 @@ class CronExpression:
             again = self._second_pass(when, repeat, tz)
             if again is not None and _instant(again) < _instant(found):
                 return again
+        if fixed and (when.second or when.microsecond):
+            start = _Datetime(when.year, when.month, when.day, when.hour, when.minute, 0, 0, tz)
+            # One look-up, nearly always equal: `when`'s own minute began at its offset. (On a
+            # whole minute, `when` is that beginning: nothing skipped behind it fires later.)
+            if tz.utcoffset(start) != offset:
+                late = self._skipped_behind(start, after)
+                if late is not None and _instant(late) < _instant(found):
+                    return late
         return found
+
+    def _skipped_behind(self, start: dt.datetime, after: dt.datetime) -> dt.datetime | None:
+        """Return when an occurrence skipped by a gap that ends inside the minute `start`
+        fires, if that is after `after` (UTC wall time, as in ``_next_zoned``).
+
+        Such a gap ends between two whole minutes (local mean time, before about 1940), and
+        its occurrences fire at the next whole minute: after an instant inside the minute of
+        the gap's end, although their own wall minutes are not after that instant's.
+        """
+        if not dst.skipped(start):
+            return None
+        tz = start.tzinfo
+        assert tz is not None
+        jump = tz.utcoffset(start.replace(fold=1)) - tz.utcoffset(start)  # type: ignore[operator]
+        first = start.replace(tzinfo=None) - jump
+        wall: Wall = (first.year, first.month, first.day, first.hour, first.minute)
+        limit: Wall = (start.year, start.month, start.day, start.hour, start.minute)
+        while True:
+            wall = self._at_or_after(*wall)
+            if wall > limit:
+                return None
+            for time in dst.fire_times(_Datetime(*wall, 0, 0, tz), fixed=True):
+                if _instant(time) > after:
+                    return time
+            wall = (wall[0], wall[1], wall[2], wall[3], wall[4] + 1)
 
     def _second_pass(
         self, when: dt.datetime, repeat: dt.timedelta, tz: dt.tzinfo

@@ -176,6 +176,40 @@ def test_walk_random_expressions_across_lmt_transitions(case, transition):
     walk_across(*case, *transition)
 
 
+@pytest.mark.parametrize(
+    "text", ["0 0 * * *", "5 0 * * *", "0,1 0 * * *", "44,45 0 * * *", "* 0 * * *"]
+)
+@pytest.mark.parametrize(("zone", "near"), LMT_TRANSITIONS)
+def test_from_any_instant_near_a_transition_by_seconds(text, zone, near):
+    """From every second around a transition that ends between two minutes: the first
+    occurrence after it, and matches() on the minutes, as the reference scan says.
+
+    A fixed-time occurrence skipped by the gap fires at the next whole minute; asked from an
+    instant between the gap's end and that minute, next_after skipped it (1937-07-01 00:00:38
+    in Amsterdam gave the next day, not 00:01), and matches() of that minute was False.
+    """
+    tz = ZoneInfo(zone)
+    expression = CronExpression(text)
+    spec = Spec(*map(reference_values, text.split(), *zip(*BOUNDS, strict=True)))
+    minutes = whole_minutes(zone, near)
+    occurrences = [
+        instant
+        for previous, instant in itertools.pairwise(minutes)
+        if is_occurrence(spec, instant, tz, previous)
+    ]
+    start = near - dt.timedelta(minutes=2)
+    for second in range(0, 5 * 60, 7):
+        when = (start + dt.timedelta(seconds=second)).astimezone(tz)
+        expected = next((o for o in occurrences if o > when), None)
+        if expected is None:
+            continue
+        assert expression.next_after(when).astimezone(UTC) == expected, when.isoformat()
+    for instant in minutes:
+        if abs(instant - near) <= dt.timedelta(minutes=3):
+            local = instant.astimezone(tz)
+            assert expression.matches(local) == (instant in occurrences), local.isoformat()
+
+
 def walk_across(expression: CronExpression, spec: Spec, zone: str, near: dt.datetime) -> None:
     tz = ZoneInfo(zone)
     minutes = whole_minutes(zone, near)
