@@ -83,7 +83,10 @@ class Heartbeat(Periodic):
         # A silence longer than this (the process stopped, frozen, or cut off from the
         # database) let the others judge us dead: noted for the loop (silence()).
         self._stale_after = stale_after
-        self._last_beat: float | None = None
+        # Registering the process wrote its first heartbeat, just before this is built: a
+        # silence from then on counts, or a database lost within the first poll interval went
+        # unnoticed, and peers that retired what this process declares were never undone.
+        self._last_beat: float | None = time.monotonic()
         self._silence: float | None = None
         # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
         self._queries = QueryCache(using)

@@ -248,3 +248,29 @@ def test_a_process_back_from_a_silence_past_the_stale_limit_reconciles_again(wor
     ] == ["silence_reconcile"]
     live.tick()
     assert len([r for r in caplog.records if getattr(r, "action", "") == "silence_reconcile"]) == 1
+
+
+def test_a_process_silent_since_it_registered_reconciles_again_when_back(
+    world, caplog, monkeypatch
+):
+    # The database stopped answering within the first poll interval, before the heartbeat's
+    # first beat: the silence was not counted (registering was not a beat), so the task a
+    # peer of another deploy retired meanwhile stayed retired while this process declared it.
+    world.settings({"old": record("old", "0 * * * *"), "new": record("new", "0 * * * *")})
+    live = Scheduler(grace=1)
+    world.schedulers.append(live)
+    live.start()
+    live.reconcile()
+    Task.objects.filter(name="new").update(declared=False)  # the peer's doing
+
+    real = time.monotonic
+    silent = 2 * live.stale_after.total_seconds()
+    monkeypatch.setattr(time, "monotonic", lambda: real() + silent)
+    live.tick()  # its first beat, a long silence after registering
+
+    assert task("new").declared
+    assert [
+        getattr(r, "action", "")
+        for r in caplog.records
+        if getattr(r, "action", "") == "silence_reconcile"
+    ] == ["silence_reconcile"]
