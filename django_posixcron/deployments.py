@@ -137,6 +137,10 @@ class Pending:
             f"{short(version)} by {', '.join(labels)}" for version, labels in self.waiting.items()
         )
         holders = ", ".join(self.holders) or "no live process"
+        if self.stored is None:
+            # Retired (or never stored): the processes that hold that are those without it.
+            holders = f" (not declared by {', '.join(self.holders)})" if self.holders else ""
+            return f"{self.name}: retired{holders}; waiting: {waiting}"
         return f"{self.name}: stored {short(self.stored)} held by {holders}; waiting: {waiting}"
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_posixcron.declarations import TaskDeclaration
-from django_posixcron.deployments import Peer, digest_of, pending_changes
+from django_posixcron.deployments import Peer, Pending, digest_of, pending_changes
 from django_posixcron.models import Task
 from django_posixcron.reconcile import Plan, plan
 from tests.harness.declaring import NOW, declare, task
@@ -226,3 +226,13 @@ def test_any_rollout_keeps_every_declared_task_firing_and_converges(first, event
     fleet.settle()
     declared_rows = {n: t.definition_hash for n, t in fleet.rows.items() if t.declared}
     assert declared_rows == {n: d.definition_hash for n, d in survivor.declarations.items()}
+
+
+def test_a_retired_task_one_live_process_declares_reads_as_retired_not_as_stored():
+    pending = Pending("c", None, {None: ("web:1",), "0123456789abcdef": ("canary:2",)})
+    assert pending.describe() == (
+        "c: retired (not declared by web:1); waiting: 0123456789ab by canary:2"
+    )
+    assert Pending("c", None, {"0123456789abcdef": ("canary:2",)}).describe() == (
+        "c: retired; waiting: 0123456789ab by canary:2"
+    )
