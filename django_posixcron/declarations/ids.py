@@ -38,3 +38,5 @@ E_TASKS_MISSING = "posixcron.E032"
 E_UNKNOWN_BACKEND = "posixcron.E033"
 E_DUMMY_BACKEND = "posixcron.E034"
 E_UNSUPPORTED_OPTION = "posixcron.E035"
+# A value whose own code raised while the checks looked at it (a property, a lazy string).
+E_UNCHECKABLE = "posixcron.E037"  # (E036 is checks.py's, for the database alias)

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django_posixcron.declarations.ids import E_UNCHECKABLE
 from django_posixcron.declarations.problems import (
     Form,
     Invalid,
@@ -15,6 +16,26 @@ from django_posixcron.declarations.problems import (
     did_you_mean,
     problem,
 )
+
+
+def uncheckable(error: Exception) -> Invalid:
+    """The problem for a value whose own code raised while a check looked at it: a property
+    of the callable, a lazy description, a mapping's ``__getitem__``. A system check must
+    name the value, not end ``manage.py check`` with a traceback from inside it."""
+    try:
+        text = str(error)
+    except Exception:
+        text = "(an exception that cannot be shown)"
+    if len(text) > 200:
+        text = f"{text[:180]}... ({len(text)} characters)"
+    return Invalid(
+        E_UNCHECKABLE,
+        Form.GOT,
+        f"could not be checked: looking at it raised {type(error).__name__}: {text}",
+        "The value's own code raised while the checks read it; declare a plain value (a "
+        "function, a str, a dict) or fix the code that raised.",
+    )
+
 
 # Validate one declared (or default) value at a path; return it normalised or raise Invalid.
 Validator = Callable[[Any, KeyPath], Any]
@@ -156,12 +177,15 @@ class Table:
                 values[name] = scope[name] = key.validate(value, at)
             except Invalid as invalid:
                 report.add(at, value, invalid)
+            except Exception as error:
+                report.add(at, value, uncheckable(error))
         for rule in self.rules:
             if scope.keys() >= rule.needed:
                 try:
                     rule.check(scope)
-                except Invalid as invalid:
-                    report.add(path / rule.on, raw.get(rule.on, values[rule.on]), invalid)
+                except Exception as error:
+                    broken = error if isinstance(error, Invalid) else uncheckable(error)
+                    report.add(path / rule.on, raw.get(rule.on, values[rule.on]), broken)
                     # The rules after this one see it as invalid (or as the enclosing value).
                     del values[rule.on]
                     del scope[rule.on]

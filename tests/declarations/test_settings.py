@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from django_posixcron.checks import E_UNKNOWN_ALIAS
 from django_posixcron.declarations import (
     DEFAULT_RETRY_DELAY,
     TaskDeclaration,
@@ -25,6 +26,7 @@ from django_posixcron.declarations import (
 from django_posixcron.models import Task
 from django_posixcron.reconcile import reconcile
 from tests.harness.declaring import task
+from tests.testapp import uncheckable
 
 TASK = "settings.POSIXCRON['TASKS']['t']"
 # A zone file for UTC (TZif version 1: one local time type, no transitions), for a ZoneInfo
@@ -159,6 +161,28 @@ CASES = [
         "cannot be imported: Abort: aborted at import",
         "'tests.testapp.raises_base_exception_on_import.run'",
         "imports cleanly",
+    ),
+    (
+        "posixcron.E037",
+        one_task(**task(callable="tests.testapp.uncheckable.exploding_signature")),
+        "['callable'] could not be checked: looking at it raised RuntimeError: signature exploded",
+        "'tests.testapp.uncheckable.exploding_signature'",
+        "declare a plain value",
+    ),
+    (
+        "posixcron.E037",
+        one_task(**task(description=uncheckable.exploding_description)),
+        "['description'] could not be checked: looking at it raised RuntimeError: lazy text "
+        "exploded",
+        "Got <",
+        "fix the code that raised",
+    ),
+    (
+        "posixcron.E037",
+        one_task(**task(kwargs=uncheckable.ExplodingMapping())),
+        "['kwargs'] could not be checked: looking at it raised RuntimeError: getitem exploded",
+        "ExplodingMapping object",
+        "declare a plain value",
     ),
     (
         "posixcron.E010",
@@ -537,7 +561,9 @@ def test_every_id_is_tested_and_documented():
     handoff = {"posixcron.E032", "posixcron.E033", "posixcron.E034", "posixcron.E035"}
     tested = {case[0] for case in CASES} | {"posixcron.E025"} | handoff
     assert ids == tested
-    assert ids == {f"posixcron.E{n:03d}" for n in range(1, len(ids) + 1)}
+    # Numbered without a gap, with the database alias check's own id (checks.py).
+    every = ids | {E_UNKNOWN_ALIAS}
+    assert every == {f"posixcron.E{n:03d}" for n in range(1, len(every) + 1)}
     text = (Path(__file__).parents[2] / "docs" / "settings.rst").read_text("utf-8")
     for check_id in ids:
         assert check_id in text
