@@ -223,16 +223,27 @@ def test_a_deleted_process_row_does_not_turn_its_running_runs_lost(world):
     assert task("held").retry_at is None
 
 
-def test_a_process_back_from_a_silence_past_the_stale_limit_reconciles_again(world, caplog):
-    # While this process was stopped (SIGSTOP, a frozen VM, cut off from the database),
-    # a peer of another deploy judged it gone and retired the task only it declares. Back,
-    # it must restore it: "a task that any live scheduler declares never stops firing".
+def live_with_a_task_a_peer_retired(world: Any) -> Scheduler:
+    """A registered, reconciled scheduler declaring "old" and "new", and "new" retired by a
+    peer of another deploy that judged this process gone."""
     world.settings({"old": record("old", "0 * * * *"), "new": record("new", "0 * * * *")})
     live = Scheduler(grace=1)
     world.schedulers.append(live)
     live.start()
     live.reconcile()  # as runscheduler does once registered
     Task.objects.filter(name="new").update(declared=False)  # the peer's doing
+    return live
+
+
+def silence_reconciles(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(getattr(r, "action", "") == "silence_reconcile" for r in caplog.records)
+
+
+def test_a_process_back_from_a_silence_past_the_stale_limit_reconciles_again(world, caplog):
+    # While this process was stopped (SIGSTOP, a frozen VM, cut off from the database),
+    # a peer of another deploy judged it gone and retired the task only it declares. Back,
+    # it must restore it: "a task that any live scheduler declares never stops firing".
+    live = live_with_a_task_a_peer_retired(world)
     live.tick()
     assert not task("new").declared  # nothing says it happened: not reconciled again
 
@@ -241,13 +252,9 @@ def test_a_process_back_from_a_silence_past_the_stale_limit_reconciles_again(wor
     live.tick()
 
     assert task("new").declared
-    assert [
-        getattr(r, "action", "")
-        for r in caplog.records
-        if getattr(r, "action", "") == "silence_reconcile"
-    ] == ["silence_reconcile"]
+    assert silence_reconciles(caplog) == 1
     live.tick()
-    assert len([r for r in caplog.records if getattr(r, "action", "") == "silence_reconcile"]) == 1
+    assert silence_reconciles(caplog) == 1
 
 
 def test_a_process_silent_since_it_registered_reconciles_again_when_back(
@@ -256,12 +263,7 @@ def test_a_process_silent_since_it_registered_reconciles_again_when_back(
     # The database stopped answering within the first poll interval, before the heartbeat's
     # first beat: the silence was not counted (registering was not a beat), so the task a
     # peer of another deploy retired meanwhile stayed retired while this process declared it.
-    world.settings({"old": record("old", "0 * * * *"), "new": record("new", "0 * * * *")})
-    live = Scheduler(grace=1)
-    world.schedulers.append(live)
-    live.start()
-    live.reconcile()
-    Task.objects.filter(name="new").update(declared=False)  # the peer's doing
+    live = live_with_a_task_a_peer_retired(world)
 
     real = time.monotonic
     silent = 2 * live.stale_after.total_seconds()
@@ -269,8 +271,4 @@ def test_a_process_silent_since_it_registered_reconciles_again_when_back(
     live.tick()  # its first beat, a long silence after registering
 
     assert task("new").declared
-    assert [
-        getattr(r, "action", "")
-        for r in caplog.records
-        if getattr(r, "action", "") == "silence_reconcile"
-    ] == ["silence_reconcile"]
+    assert silence_reconciles(caplog) == 1

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db.models import Model
 from django.db.models.signals import post_init
+from django.dispatch import Signal
 
 
 def post_init_seen(request: pytest.FixtureRequest, model: type[Model]) -> Iterator[list[Any]]:
@@ -22,3 +25,21 @@ def post_init_seen(request: pytest.FixtureRequest, model: type[Model]) -> Iterat
         post_init.connect(receiver, sender=model, weak=False)
     yield seen
     post_init.disconnect(receiver, sender=model)
+
+
+@contextlib.contextmanager
+def blocking_receiver(signal: Signal) -> Iterator[threading.Event]:
+    """Connect a receiver of `signal` that blocks (a slow notify() over the network) until the
+    block ends; yield the event it sets when a signal first reaches it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def receiver(sender: object, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    signal.connect(receiver, weak=False)
+    try:
+        yield entered
+    finally:
+        release.set()
+        signal.disconnect(receiver)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcom
 from django_posixcron.signals import run_lost, task_failing, task_overdue
 from tests.factories import SchedulerProcessFactory
 from tests.harness.locks import task_row_held
+from tests.harness.signals import blocking_receiver
 from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -375,15 +375,8 @@ def test_alerts_a_stopping_scheduler_could_not_send_are_given_back_to_the_fleet(
     Task.objects.update(definition_hash="another-deploy")
     Task.objects.filter(pk=failing.pk).update(consecutive_failures=3, failing_signalled=True)
     stopping, peer = make_scheduler(), make_scheduler()
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(sender: object, **kwargs: Any) -> None:
-        entered.set()
-        release.wait(30)
-
-    task_overdue.connect(slow, weak=False)
     stopping.notifier.start()
-    try:
+    with blocking_receiver(task_overdue) as entered:
         late = T0 + dt.timedelta(seconds=30)
         won = alerts.signal_overdue(late, app_alias(), stopping.notifier)
         assert len(won) == 2
@@ -393,9 +386,6 @@ def test_alerts_a_stopping_scheduler_could_not_send_are_given_back_to_the_fleet(
             abandoned = stopping.notifier.stop(0.1)
         assert [sig for sig, _ in abandoned] == [task_overdue, task_failing]
         alerts.give_back(abandoned, app_alias())
-    finally:
-        release.set()
-        Signal.disconnect(task_overdue, slow)
     [warning] = [r for r in caplog.records if getattr(r, "action", "") == "signals_abandoned"]
     left = abandoned[0][1]["task"].name
     assert f"task_overdue(task={left}), task_failing(task=failing)" in warning.getMessage()

@@ -21,6 +21,7 @@ from django_posixcron.scheduling.loop import RECEIVERS_DRAIN
 from django_posixcron.scheduling.rules import BACKOFF_MAX
 from django_posixcron.scheduling.shutdown import receivers_time
 from django_posixcron.signals import run_finished
+from tests.harness.signals import blocking_receiver
 from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
@@ -206,24 +207,16 @@ def test_a_run_that_used_the_grace_leaves_receivers_seconds_not_ten(
     name, event = gate
     tasks(callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
     scheduler = make_scheduler(grace=0.5)
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(sender: object, **kwargs: Any) -> None:
-        entered.set()
-        release.wait(30)
-
-    run_finished.connect(slow, weak=False)
     scheduler.notifier.start()
-    try:
-        scheduler.tick(T0)
-        started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="django_posixcron"):
-            scheduler.shutdown()
-        took = time.monotonic() - started
-    finally:
-        release.set()
-        event.set()
-        run_finished.disconnect(slow)
+    with blocking_receiver(run_finished) as entered:
+        try:
+            scheduler.tick(T0)
+            started = time.monotonic()
+            with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+                scheduler.shutdown()
+            took = time.monotonic() - started
+        finally:
+            event.set()
     assert entered.is_set()
     assert Run.objects.get().status == RunStatus.INTERRUPTED
     assert took < RECEIVERS_DRAIN, took
