@@ -19,6 +19,7 @@ from django_posixcron.declarations.ids import (
     E_SIGNATURE,
 )
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
+from django_posixcron.declarations.values import plain
 
 _R = TypeVar("_R")
 
@@ -82,7 +83,7 @@ def callable_path(value: object, path: KeyPath) -> str:
             "is a generator function; calling it does not run its body.",
             "Declare a plain function (no 'yield'), or one that consumes the generator.",
         )
-    return str.__str__(value)  # a plain str, as stored and hashed
+    return plain(value)
 
 
 def _per_callable(inspect_it: Callable[[Any], _R]) -> Callable[[Any], _R]:

@@ -50,6 +50,7 @@ from django_posixcron.declarations.values import (
     delay,
     has_surrogate,
     optional,
+    plain,
     positive_int,
 )
 
@@ -108,7 +109,7 @@ def timezone(value: object, path: KeyPath) -> str:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
             pass
         else:
-            return str.__str__(value)  # a plain str, as stored and hashed
+            return plain(value)
     raise Invalid(
         E_TIMEZONE,
         Form.EXPECTED,
@@ -154,7 +155,7 @@ def description(value: object, path: KeyPath) -> str:
     if has_surrogate(value):
         hint = "Write the description as valid Unicode text."
         raise Invalid(E_DESCRIPTION, Form.GOT, SURROGATE_DETAIL, hint, shown=value)
-    return str.__str__(value)  # a plain str, as stored and hashed
+    return plain(value)
 
 
 # In the order the hint for an unknown key lists them. The rules run once the keys they need

@@ -16,6 +16,12 @@ from django_posixcron.declarations.table import Validator
 MAX_DELAY = dt.timedelta(days=366)
 
 
+def plain(text: str) -> str:
+    """Return `text` as a plain str, as it is stored and hashed: str() of a (str, Enum)
+    member is "Name.MEMBER", not its text."""
+    return str.__str__(text)
+
+
 def is_number(value: object) -> TypeGuard[int | float]:
     """Return whether value is an int or a float; bool is an int, but `True` is a typo."""
     return isinstance(value, int | float) and not isinstance(value, bool)
