@@ -34,7 +34,7 @@ from django_posixcron.db import (
     lock_not_granted,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
-from django_posixcron.models import Run, SchedulerProcess, Task
+from django_posixcron.models import Run, SchedulerProcess, Task, earliest
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, Peek, peek
 from django_posixcron.scheduling.compiled import QueryCache
@@ -392,6 +392,11 @@ class Scheduler:
                 self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
+        # Their retries fall due retry_delay from now, maybe before what the peek read: the
+        # loop wakes for them instead of sleeping until the next poll.
+        next_due = result.next_due_at = earliest(
+            next_due, *(now + run.task.retry_delay for run in result.lost + result.timed_out)
+        )
         if peeked.overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0

@@ -255,6 +255,53 @@ def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks
     assert Hit.objects.count() == 1
 
 
+def test_the_loop_wakes_for_the_retry_of_a_run_it_marked_lost(tasks, make_scheduler):
+    # A retry sooner than the next poll is claimed on time, not when the loop next wakes.
+    task = tasks(retry_delay=2, next_run_at=T0 + HOUR)
+    dead = SchedulerProcess.objects.create(
+        hostname="gone", pid=1, last_heartbeat_at=T0 - dt.timedelta(minutes=10)
+    )
+    Run.objects.create(
+        task=task,
+        trigger=Trigger.CRON,
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - HOUR,
+        started_at=T0 - HOUR,
+        process=dead,
+        process_label="gone:1",
+    )
+    scheduler = make_scheduler(poll_interval=60)
+
+    result = scheduler.tick(T0)
+
+    assert len(result.lost) == 1
+    assert result.next_due_at == T0 + dt.timedelta(seconds=2)
+    assert result.wake_in == pytest.approx(2.0)
+    retry = scheduler.tick(T0 + dt.timedelta(seconds=2)).started
+    finished(scheduler)
+    assert [r.trigger for r in retry] == [Trigger.RETRY]
+
+
+def test_the_loop_wakes_for_the_retry_of_a_run_it_timed_out(tasks, make_scheduler, gate):
+    name, event = gate
+    tasks(
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        timeout=30,
+        retry_delay=3,
+        next_run_at=T0,
+    )
+    scheduler = make_scheduler(concurrency=1, poll_interval=60)
+    scheduler.tick(T0)
+
+    result = scheduler.tick(T0 + dt.timedelta(seconds=31))
+
+    assert len(result.timed_out) == 1
+    assert result.wake_in == pytest.approx(3.0)
+    event.set()
+    finished(scheduler)
+
+
 def test_a_run_past_its_timeout_is_recorded_timed_out_and_retried(tasks, make_scheduler, gate):
     name, event = gate
     task = tasks(
