@@ -389,7 +389,7 @@ def delete_in_batches(queryset: RunQuerySet) -> int:
         batch = list((keys if last is None else keys.filter(pk__gt=last))[:RUN_DELETE_BATCH])
         if not batch:
             return deleted
-        deleted += Run.objects.filter(pk__in=batch).delete()[0]
+        deleted += Run.objects.using(queryset.db).filter(pk__in=batch).delete()[0]
         last = batch[-1]
 
 

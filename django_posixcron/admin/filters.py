@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import STATE_LABELS, clock, poll_interval
+from django_posixcron.db import app_alias
 from django_posixcron.models import RunStatus, Task, TaskQuerySet
 
 # The run list's task filter offers at most this many tasks (10,000 would not be a menu);
@@ -92,12 +93,11 @@ class RunTaskFilter(admin.SimpleListFilter):
     parameter_name = "task"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, Any]]:
-        choices = list(
-            Task.objects.order_by("name").values_list("pk", "name")[:TASK_FILTER_CHOICES]
-        )
+        tasks = Task.objects.using(app_alias())
+        choices = list(tasks.order_by("name").values_list("pk", "name")[:TASK_FILTER_CHOICES])
         value = self.value()
         if value and value.isdigit() and all(str(pk) != value for pk, _name in choices):
-            choices += list(Task.objects.filter(pk=int(value)).values_list("pk", "name"))
+            choices += list(tasks.filter(pk=int(value)).values_list("pk", "name"))
         return [(str(pk), name) for pk, name in choices]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from django_posixcron.admin import display
+from django_posixcron.db import app_alias
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task
 
 STRIP_RUNS = 10
@@ -51,7 +52,8 @@ def recent_runs(task_ids: Iterable[int], per_task: int = STRIP_RUNS) -> dict[int
     if not ids:
         return {}
     ranked = (
-        Run.objects.filter(task_id__in=ids)
+        Run.objects.using(app_alias())
+        .filter(task_id__in=ids)
         .annotate(
             rank=Window(
                 RowNumber(),
@@ -107,7 +109,8 @@ class Point:
 def chart_points(task: Task, limit: int = CHART_RUNS) -> list[Point]:
     """Return the task's latest started runs (skips left out), oldest first."""
     runs = list(
-        task.runs.exclude(status=RunStatus.SKIPPED)
+        task.runs.using(app_alias())
+        .exclude(status=RunStatus.SKIPPED)
         .filter(started_at__isnull=False)
         .order_by("-started_at", "-id")[:limit]
     )

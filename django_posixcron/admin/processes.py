@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import clock, process_stale_after
+from django_posixcron.db import app_alias
 from django_posixcron.models import SchedulerProcess
 
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ class SchedulerProcessAdmin(ProcessAdminBase):
     )
     show_full_result_count = False
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SchedulerProcess]:
+        # Reads too on the alias of the app's rows, not the routers' read alias (DESIGN 5).
+        return super().get_queryset(request).using(app_alias())
+
     @admin.display(description=_("process"), ordering="hostname")
     def label(self, obj: SchedulerProcess) -> str:
         return obj.label
@@ -51,9 +57,13 @@ class SchedulerProcessAdmin(ProcessAdminBase):
         # Deleting a live process's row would orphan its running runs, which other
         # schedulers then mark lost and retry while they still run: only stopped or dead
         # processes that own no running run can go.
+        using = app_alias()
         if obj is not None and (
-            SchedulerProcess.objects.filter(pk=obj.pk).live(clock(), process_stale_after()).exists()
-            or obj.runs.running().exists()
+            SchedulerProcess.objects.using(using)
+            .filter(pk=obj.pk)
+            .live(clock(), process_stale_after())
+            .exists()
+            or obj.runs.using(using).running().exists()
         ):
             return False
         return super().has_delete_permission(request, obj)

@@ -25,6 +25,7 @@ from django_posixcron.admin.display import (
     status_badge,
 )
 from django_posixcron.admin.filters import RunTaskFilter
+from django_posixcron.db import app_alias
 from django_posixcron.models import UNFINISHED_STATUSES, Run
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class RunAdmin(RunAdminBase):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         # The run page's title, breadcrumb and History name the run by its task's name.
-        return super().get_queryset(request).select_related("task")
+        return super().get_queryset(request).using(app_alias()).select_related("task")
 
     @admin.display(description=_("task"), ordering="task__name")
     def task_link(self, obj: Run) -> SafeString:

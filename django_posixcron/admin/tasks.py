@@ -86,7 +86,7 @@ class TaskAdmin(TaskStateActions):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         # Each row brings the database's clock, which "in 3 minutes" and "for 5 minutes"
         # are measured from.
-        return display.with_clock(super().get_queryset(request))
+        return display.with_clock(super().get_queryset(request).using(app_alias()))
 
     # Columns ---------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class TaskAdmin(TaskStateActions):
         """Summarise the deletion instead of listing every run (a task may have 40,000)."""
         tasks = list(objs)
         perms_needed: set[str] = set()
-        runs = Run.objects.filter(task__in=tasks)
+        runs = Run.objects.using(app_alias()).filter(task__in=tasks)
         run_count = runs.count()
         summary: list[Any] = []
         for task in tasks:
@@ -299,7 +299,8 @@ class TaskAdmin(TaskStateActions):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied  # before the header's queries, as Django's own view would
         now = display.clock()
-        live = SchedulerProcess.objects.live(now, display.process_stale_after())
+        using = app_alias()
+        live = SchedulerProcess.objects.using(using).live(now, display.process_stale_after())
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
         more = len(processes) > HEADER_PROCESSES
         # Only live processes declaring different sets can disagree: the usual page, with
@@ -309,8 +310,10 @@ class TaskAdmin(TaskStateActions):
         context = {
             "posixcron_processes": processes[:HEADER_PROCESSES],
             "posixcron_more_processes": more,
-            "posixcron_failing": Task.objects.failing().count(),
-            "posixcron_overdue": Task.objects.overdue(now, slack=display.poll_interval()).count(),
+            "posixcron_failing": Task.objects.using(using).failing().count(),
+            "posixcron_overdue": Task.objects.using(using)
+            .overdue(now, slack=display.poll_interval())
+            .count(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=context)
@@ -376,7 +379,7 @@ class TaskAdmin(TaskStateActions):
                 "duration": display.duration(run.duration),
                 "error": run.error,
             }
-            for run in obj.runs.order_by("-scheduled_for", "-id")[:RECENT_RUNS]
+            for run in obj.runs.using(app_alias()).order_by("-scheduled_for", "-id")[:RECENT_RUNS]
         ]
 
 

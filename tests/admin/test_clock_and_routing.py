@@ -96,18 +96,29 @@ class AppRouter:
         return True
 
 
+class ReplicaRouter(AppRouter):
+    """Write the app's models to one alias and read them from the default (a replica's
+    router): the app reads where it writes, so that a pause is seen at once."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return None
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return self.alias if model._meta.app_label == "django_posixcron" else None
+
+
 ALIAS = "posixcron"
 APP_TABLE = re.compile(r"django_posixcron_(task|run|schedulerprocess)\b")
 
 
-@pytest.fixture
-def routed(transactional_db: None, settings: Any) -> Iterator[None]:
+@pytest.fixture(params=[AppRouter, ReplicaRouter])
+def routed(request: Any, transactional_db: None, settings: Any) -> Iterator[None]:
     """Route the app to a second alias: a connection of its own to the test database."""
     connections.settings[ALIAS] = dict(connections["default"].settings_dict)
     # Opened here: once a test has started, Django's test case refuses to open connections
     # to aliases it was not told about, and this one did not exist then.
     connections[ALIAS].connect()
-    settings.DATABASE_ROUTERS = [AppRouter(ALIAS)]
+    settings.DATABASE_ROUTERS = [request.param(ALIAS)]
     try:
         yield
     finally:
