@@ -93,6 +93,22 @@ def test_list_pause_and_run_now(page: Any, artifacts: Path) -> None:
     assert not Run.objects.filter(trigger=Trigger.MANUAL).exists()
 
 
+def test_each_schedule_stays_on_one_line_in_the_list(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    _seed()
+    make_task(name="berlin-half-hourly", schedule="0,30 * * * *", timezone="Europe/Berlin")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto("/admin/django_posixcron/task/")
+    schedules = page.locator("#result_list code.posixcron-schedule")
+    expect(schedules).to_have_count(5)
+    # A line box per line: an expression wrapped between its fields reads as fewer fields.
+    lines = schedules.evaluate_all(
+        "codes => codes.map(c => [c.textContent, c.getClientRects().length])"
+    )
+    assert all(count == 1 for _text, count in lines), lines
+
+
 def test_failed_run_shows_its_traceback(page: Any, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
