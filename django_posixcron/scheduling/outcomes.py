@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 import queue
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import close_old_connections, connections, transaction
@@ -224,9 +225,15 @@ def write_outcomes(
         # then inserts runs). The other order deadlocks with a concurrent claim on InnoDB.
         task_ids = {o.run.task_id for o in outcomes}
         task_rows = _lock_task_rows(task_ids, using, skip_locked=skip)
-        if skip and len(task_rows) < len(task_ids):
-            assert held is not None
-            held += [o for o in outcomes if o.run.task_id not in task_rows]
+        if len(task_rows) < len(task_ids):
+            # Held elsewhere, or deleted (with its runs): only a row that still exists is
+            # worth another try.
+            unlocked = task_ids - set(task_rows)
+            there = _existing(Task, unlocked, using) if skip else set()
+            if there:
+                assert held is not None
+                held += [o for o in outcomes if o.run.task_id in there]
+            _log_gone([o for o in outcomes if o.run.task_id in unlocked - there])
             outcomes = [o for o in outcomes if o.run.task_id in task_rows]
         by_pk = {o.run.pk: o for o in outcomes}
         # Locked, so a run marked timed out meanwhile is never overwritten. By primary key
@@ -237,14 +244,14 @@ def write_outcomes(
             row["pk"]: row["status"]
             for row in locked_rows(Run, by_pk, ["pk", "status"], using, skip_locked=skip)
         }
-        if skip and len(current) < len(by_pk):
-            # Held elsewhere, or gone: only a row that still exists is worth another try.
+        if len(current) < len(by_pk):
+            # Held elsewhere, or deleted: only a row that still exists is worth another try.
             missing = [pk for pk in by_pk if pk not in current]
-            there = set(
-                Run.objects.using(using).filter(pk__in=missing).values_list("pk", flat=True)
-            )
-            assert held is not None
-            held += [by_pk[pk] for pk in missing if pk in there]
+            there = _existing(Run, missing, using) if skip else set()
+            if there:
+                assert held is not None
+                held += [by_pk[pk] for pk in missing if pk in there]
+            _log_gone([by_pk[pk] for pk in missing if pk not in there])
         if confirm is not None:
             # The rows are locked: what still matches the verdict cannot change under it.
             still = set(confirm.filter(pk__in=list(current)).values_list("pk", flat=True))
@@ -281,6 +288,25 @@ def write_outcomes(
     for task, failures, paused in failing:
         _send(notifier, task_failing, task=task, failures=failures, paused=paused)
     return recorded
+
+
+def _existing(model: type[Task] | type[Run], pks: Iterable[int], using: str) -> set[int]:
+    """Return which of the rows `pks` exist (skipped as locked, not deleted)."""
+    return set(model.objects.using(using).filter(pk__in=list(pks)).values_list("pk", flat=True))
+
+
+def _log_gone(outcomes: list[Outcome]) -> None:
+    """Say which outcomes have no row left to be recorded on (the run, or its task with its
+    runs, deleted while it ran): nothing else would ever show how those runs ended."""
+    for o in outcomes:
+        logger.warning(
+            "run %s of task %s ended %s, but its row was deleted while it ran: the outcome "
+            "is not recorded",
+            o.run.pk,
+            o.run.task.name,
+            o.status,
+            extra={"action": "run_deleted", "task": o.run.task.name, "run_id": o.run.pk},
+        )
 
 
 def _send(notifier: Notifier | None, sig: Any, **kwargs: Any) -> None:

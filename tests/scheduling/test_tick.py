@@ -302,6 +302,34 @@ def test_the_loop_wakes_for_the_retry_of_a_run_it_timed_out(tasks, make_schedule
     finished(scheduler)
 
 
+@pytest.mark.parametrize("deleted", ["run", "task"])
+def test_a_run_whose_row_is_deleted_while_it_runs_says_so_once(
+    tasks, make_scheduler, gate, caplog, deleted
+):
+    # Deleted through the ORM (a cleanup script, a data migration): its outcome has no row
+    # left. Said in the log, not kept and tried at every tick as if another transaction held
+    # the row.
+    name, event = gate
+    task = tasks(callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler()
+    run = scheduler.tick(T0).started[0]
+    (
+        Run.objects.filter(pk=run.pk) if deleted == "run" else Task.objects.filter(pk=task.pk)
+    ).delete()
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        event.set()
+        finished(scheduler)
+        for second in (1, 2, 3):
+            scheduler.tick(T0 + dt.timedelta(seconds=second))
+
+    assert scheduler.unrecorded == 0
+    dropped = [r for r in caplog.records if getattr(r, "action", "") == "run_deleted"]
+    assert len(dropped) == 1
+    assert f"run {run.pk} of task {task.name} ended succeeded" in dropped[0].getMessage()
+    assert not [r for r in caplog.records if getattr(r, "action", "") == "outcome_held"]
+
+
 def test_a_run_past_its_timeout_is_recorded_timed_out_and_retried(tasks, make_scheduler, gate):
     name, event = gate
     task = tasks(
