@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -153,6 +154,11 @@ def test_an_empty_database_gets_the_migrate_command_from_both_commands(
         assert "lacks django_posixcron migrations" in result.stderr
         assert "run `manage.py migrate` first" in result.stderr
         assert "Traceback" not in result.stderr
+    as_json = schedulers.manage("schedulerstatus", "--json")
+    assert as_json.returncode == 1
+    answer = json.loads(as_json.stdout)
+    assert answer["healthy"] is False
+    assert "lacks django_posixcron migrations" in answer["problems"][0]
 
 
 def test_the_migrate_command_names_the_alias_the_routers_choose(

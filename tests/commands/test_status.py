@@ -236,6 +236,25 @@ def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
     )
 
 
+def test_json_says_an_unreachable_database_as_json_too(monkeypatch):
+    from django.db import OperationalError
+
+    from django_posixcron.management.commands import schedulerstatus
+
+    def refuse(using: str) -> dt.datetime:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(schedulerstatus, "database_now", refuse)
+    out = StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("schedulerstatus", "--json", stdout=out)
+    assert raised.value.returncode == 1
+    assert json.loads(out.getvalue()) == {
+        "healthy": False,
+        "problems": ["database unavailable: connection refused"],
+    }
+
+
 def test_broken_poll_interval_settings_fall_back_to_the_default(posixcron, now):
     posixcron({}, POLL_INTERVAL="soon")
     make_process(now, age=dt.timedelta(seconds=25))

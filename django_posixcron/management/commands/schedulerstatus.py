@@ -182,9 +182,16 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             # A probe wants a one-line answer, not a traceback. A missing table is a missed
             # deploy step, not an outage: say which.
-            with contextlib.suppress(DatabaseError):
-                check_migrated(using)
-            raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
+            try:
+                with contextlib.suppress(DatabaseError):
+                    check_migrated(using)
+                raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
+            except CommandError as error:
+                if options["json"]:
+                    # Still one JSON object on stdout, for whatever parses it.
+                    answer = {"healthy": False, "problems": [str(error)]}
+                    self.stdout.write(json.dumps(answer, indent=2))
+                raise
         if options["json"]:
             self.stdout.write(json.dumps(self._as_dict(status), indent=2))
         else:
