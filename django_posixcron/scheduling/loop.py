@@ -423,7 +423,8 @@ class Scheduler:
                 for run in result.skipped:
                     log_finished(run)
                     self.notifier.finished(run)
-                refused = self.claimer.enqueue_after_commit(started)
+                with self.watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
+                    refused = self.claimer.enqueue_after_commit(started)
                 if refused:
                     write_outcomes(refused, self.using, self.notifier)
                 for run, declaration in started:

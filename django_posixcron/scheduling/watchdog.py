@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from django_posixcron.scheduling.periodic import Periodic
 
@@ -23,6 +24,13 @@ logger = logging.getLogger("django_posixcron.scheduler.watchdog")
 
 # What each watched part is called in the log lines.
 PARTS = {"loop": "the scheduler loop", "heartbeat": "the heartbeat"}
+
+DATABASE = "the database"
+# Why a wait may last, by what is waited on.
+CAUSES = {
+    DATABASE: "a frozen database server, a network that drops packets, or a lock held elsewhere",
+}
+OTHER_CAUSE = "a server that accepts connections but does not answer (set its client's timeouts)"
 
 
 class Watchdog(Periodic):
@@ -39,26 +47,42 @@ class Watchdog(Periodic):
         super().__init__(every)
         self.limit = limit
         self._lock = threading.Lock()
-        # part -> [when its wait began (monotonic), whether it was reported]
-        self._waiting: dict[str, list[float | bool]] = {}
+        # part -> [when its wait began (monotonic), what it waits on, whether it was reported]
+        self._waiting: dict[str, list[Any]] = {}
 
     @contextlib.contextmanager
     def watching(self, part: str) -> Iterator[None]:
         """Watch `part` ("loop" or "heartbeat") for the length of the block."""
         with self._lock:
-            self._waiting[part] = [time.monotonic(), False]
+            self._waiting[part] = [time.monotonic(), DATABASE, False]
         try:
             yield
         finally:
             with self._lock:
-                since, reported = self._waiting.pop(part)
+                since, _on, reported = self._waiting.pop(part)
             if reported:
                 logger.warning(
-                    "%s's wait on the database ended after %.1f s",
+                    "%s's wait on %s ended after %.1f s",
                     PARTS[part],
-                    time.monotonic() - float(since),
+                    reported,
+                    time.monotonic() - since,
                     extra={"action": "db_stall_ended", "part": part},
                 )
+
+    @contextlib.contextmanager
+    def waiting_on(self, part: str, what: str) -> Iterator[None]:
+        """Within `part`'s watch, say that the block waits on `what` (a Tasks backend), not
+        on the database: a stall there is logged under its real name."""
+        with self._lock:
+            entry = self._waiting.get(part)
+            if entry is not None:
+                entry[1] = what
+        try:
+            yield
+        finally:
+            with self._lock:
+                if entry is not None:
+                    entry[1] = DATABASE
 
     def check(self) -> list[str]:
         """Log each part waiting past the limit, once per wait; return the parts logged."""
@@ -66,21 +90,26 @@ class Watchdog(Periodic):
         late = []
         with self._lock:
             for part, entry in self._waiting.items():
-                since, reported = entry
-                if not reported and now - float(since) >= self.limit:
-                    entry[1] = True
-                    late.append((part, now - float(since)))
-        for part, waited in late:
+                since, on, reported = entry
+                if not reported and now - since >= self.limit:
+                    entry[2] = on
+                    late.append((part, on, now - since))
+        for part, on, waited in late:
             logger.warning(
-                "%s has waited %.0f s on the database and is still waiting: a frozen database "
-                "server, a network that drops packets, or a lock held elsewhere; after %.0f s "
-                "without a heartbeat the other schedulers presume this process gone",
+                "%s has waited %.0f s on %s and is still waiting: %s; %s",
                 PARTS[part],
                 waited,
-                self.limit,
-                extra={"action": "db_stalled", "part": part},
+                on,
+                CAUSES.get(on, OTHER_CAUSE),
+                # The heartbeat has its own thread: only its own stall makes the process look
+                # gone; a loop stuck on a backend keeps beating, and claims nothing.
+                f"after {self.limit:.0f} s without a heartbeat the other schedulers presume "
+                "this process gone"
+                if on == DATABASE
+                else "this process claims nothing meanwhile",
+                extra={"action": "db_stalled", "part": part, "waiting_on": on},
             )
-        return [part for part, _ in late]
+        return [part for part, _on, _waited in late]
 
     def _serve(self) -> None:
         while not self._stop.wait(self.every):

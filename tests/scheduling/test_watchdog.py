@@ -51,6 +51,32 @@ def test_a_wait_past_the_limit_is_logged_once_and_so_is_its_end(caplog):
     assert caplog.records == []
 
 
+def test_a_wait_on_a_tasks_backend_is_named_as_such(caplog):
+    # A broker that accepts the connection and never answers stalls the loop in the enqueue
+    # after commit: the line names it, not the database, and the heartbeat goes on.
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    watchdog = Watchdog(limit=0.0)
+    with watchdog.watching("loop"), watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
+        assert watchdog.check() == ["loop"]
+    [stalled] = records(caplog, "db_stalled")
+    assert stalled.getMessage() == (
+        "the scheduler loop has waited 0 s on a Tasks backend's enqueue and is still waiting: "
+        "a server that accepts connections but does not answer (set its client's timeouts); "
+        "this process claims nothing meanwhile"
+    )
+    [ended] = records(caplog, "db_stall_ended")
+    assert ended.getMessage().startswith(
+        "the scheduler loop's wait on a Tasks backend's enqueue ended after "
+    )
+    # Back on the database once the enqueue returned.
+    caplog.clear()
+    with watchdog.watching("loop"):
+        with watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
+            pass
+        watchdog.check()
+    assert "waited 0 s on the database" in records(caplog, "db_stalled")[0].getMessage()
+
+
 @contextmanager
 def row_locked(pk: int) -> Iterator[None]:
     with transaction.atomic():
