@@ -257,8 +257,15 @@ class Runs:
                     )
                 idle = self.executor.wait_idle(0)
             if idle:
-                self._flush_or_keep()
-                return True
+                if not self._flush_or_keep() or not self.unrecorded:
+                    return True  # recorded, or kept for the caller while the database is away
+                # Rows another transaction holds (a peer's claim, an admin's pause) are let
+                # go in a moment: tried again until the deadline, not left to end lost.
+                left = WAIT_FLUSH_EVERY if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(WAIT_FLUSH_EVERY, left))
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 

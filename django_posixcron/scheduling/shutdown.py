@@ -45,6 +45,12 @@ FORCED_EXIT_LIMIT = 1.8
 RECEIVERS_PAST_GRACE = 2.0
 RECEIVERS_LEAST = 0.5
 
+# Outcomes whose rows another transaction holds (a peer's claim, an admin's pause: a moment)
+# are tried again this often, up to HELD_PAST_GRACE past the grace period: a run whose
+# callable returned must not end lost, and run again elsewhere, for a lock held 1 s.
+HELD_RETRY = 0.1
+HELD_PAST_GRACE = 2.0
+
 _STOP_WATCHING = b"\0"
 
 # The watcher installed in this process, for the fork handler below.
@@ -188,6 +194,17 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     while True:
         try:
             runs.flush()
+            if runs.unrecorded and time.monotonic() < ends + HELD_PAST_GRACE:
+                time.sleep(HELD_RETRY)
+                continue
+            if runs.unrecorded:
+                logger.error(
+                    "could not record %d outcome(s): another transaction still holds their "
+                    "rows (a scheduler frozen in the middle of a write?); other schedulers "
+                    "will mark the runs lost",
+                    runs.unrecorded,
+                    extra={"action": "shutdown_db_error"},
+                )
             mark_stopped(scheduler.using, scheduler.process)
             break
         except (OperationalError, InterfaceError) as exc:

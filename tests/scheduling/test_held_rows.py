@@ -19,6 +19,7 @@ from django.db import connection, connections
 
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling import shutdown
 from tests.harness.locks import task_row_held
 from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
 from tests.harness.waiting import wait_until
@@ -97,3 +98,69 @@ def test_an_outcome_whose_task_row_is_held_waits_for_the_next_flush(
     runs.flush()
     assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
     assert runs.outcomes == []
+
+
+def shutting_down(scheduler: Scheduler) -> threading.Thread:
+    """Start the scheduler's graceful shutdown on a thread of its own."""
+
+    def target() -> None:
+        try:
+            scheduler.shutdown()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def test_a_shutdown_records_an_outcome_whose_row_was_held_a_moment(
+    tasks: Tasks, make_scheduler: Callable[..., Scheduler], gate: Any
+) -> None:
+    # DESIGN 6: "a run whose callable returned is never marked lost". A peer's claim or an
+    # admin's pause holding the task's row as the run returns during the grace period: the
+    # shutdown waited for neither and stopped, leaving the run `running`, for the other
+    # schedulers to mark lost and run again.
+    name, event = gate
+    tasks("held-a-moment", callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler(grace=20)
+    run = scheduler.tick(T0).started[0]
+
+    with task_row_held(name="held-a-moment"):
+        stopping = shutting_down(scheduler)
+        event.set()
+        wait_until(lambda: scheduler.runs._held_times, what="the outcome to find its row held")
+    stopping.join(30)
+
+    assert not stopping.is_alive()
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    assert scheduler.unrecorded == 0
+
+
+def test_a_shutdown_gives_up_on_a_row_held_past_the_grace_and_says_so(
+    tasks: Tasks,
+    make_scheduler: Callable[..., Scheduler],
+    gate: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A frozen peer may hold the row for as long as it sleeps: the exit stays bounded.
+    monkeypatch.setattr(shutdown, "HELD_PAST_GRACE", 0.5)
+    name, event = gate
+    tasks("held-for-good", callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    scheduler = make_scheduler(grace=0.5)
+    run = scheduler.tick(T0).started[0]
+    event.set()
+    wait_until(lambda: scheduler.unrecorded == 1, what="the run to return")
+
+    with (
+        caplog.at_level(logging.ERROR, logger="django_posixcron"),
+        task_row_held(name="held-for-good"),
+    ):
+        stopping = shutting_down(scheduler)
+        stopping.join(20)
+        assert not stopping.is_alive()
+        assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+    [line] = [r for r in caplog.records if getattr(r, "action", "") == "shutdown_db_error"]
+    assert "another transaction still holds their rows" in line.getMessage()

@@ -213,9 +213,9 @@ class Command(BaseCommand):
         )
         if scheduler.unrecorded:
             raise CommandError(
-                f"{scheduler.unrecorded} run outcome(s) could not be recorded: the database "
-                "became unavailable (see the log above). Other schedulers will mark those "
-                "runs lost."
+                f"{scheduler.unrecorded} run outcome(s) could not be recorded (the database "
+                "became unavailable, or another transaction held their rows: see the log "
+                "above). Other schedulers will mark those runs lost."
             )
 
     def _summary(self, scheduler: Any, database: str) -> None:
