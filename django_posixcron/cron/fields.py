@@ -20,6 +20,8 @@ HOUR = Field("hour", 0, 23, "hours")
 DAY_OF_MONTH = Field("day-of-month", 1, 31, "days")
 MONTH = Field("month", 1, 12, "months")
 DAY_OF_WEEK = Field("day-of-week", 0, 6, "days")
+# Any number past three significant digits: out of every field's range, whatever its size.
+OUT_OF_RANGE = 10**6
 FIELDS = (MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
 
 MONTH_NAMES = (
@@ -95,13 +97,20 @@ def split_fields(text: str) -> list[str]:
     return parts
 
 
-def _number(field: Field, digits: str, element: str) -> int:
+def _value(digits: str) -> int:
+    """Return the number `digits` spell (leading zeros allowed); past three significant
+    digits, a number out of every field's range (int() refuses more than 4300 digits)."""
     significant = digits.lstrip("0") or "0"
-    # int() refuses more than 4300 digits; anything past 3 is out of range anyway.
-    value = int(significant) if len(significant) <= 3 else 10**6
+    return int(significant) if len(significant) <= 3 else OUT_OF_RANGE
+
+
+def _number(field: Field, digits: str, element: str) -> int:
+    value = _value(digits)
     if value == 7 and field is DAY_OF_WEEK:
+        # "Use 0" only where 0 says the same: 7 alone, not a range through it.
+        hint = ", use 0" if element.lstrip("0") == "7" else ""
         raise CronSyntaxError(
-            field.name, element, "7 is not a POSIX day-of-week (0-6, Sunday is 0), use 0"
+            field.name, element, f"7 is not a POSIX day-of-week (0-6, Sunday is 0){hint}"
         )
     if not field.low <= value <= field.high:
         raise CronSyntaxError(field.name, element, f"must be {field.low}-{field.high}")
@@ -233,13 +242,13 @@ def _step_reason(field: Field, element: str) -> str:
     if match is None:
         return reason
     start_text, end_text, step_text = match.groups()
-    step = int(step_text) if len(step_text) <= 4 else 0
+    step = _value(step_text)
     if start_text == "*":
         start, end = field.low, field.high
     else:
-        start = int(start_text) if len(start_text) <= 4 else -1
-        end = int(end_text) if end_text is not None and len(end_text) <= 4 else field.high
-    if step <= 0 or not field.low <= start <= end <= field.high:
+        start = _value(start_text)
+        end = field.high if end_text is None else _value(end_text)
+    if not 0 < step < OUT_OF_RANGE or not field.low <= start <= end <= field.high:
         return reason
     values = tuple(range(start, end + 1, step))
     if step == 1:

@@ -120,6 +120,14 @@ def test_not_a_string(value, name):
             "Bad minute '0-30/5': steps are not POSIX, list the minutes: 0,5,10,15,20,25,30",
         ),
         (
+            # Leading zeros read as everywhere else, however many.
+            "5-00010/5 * * * *",
+            "minute",
+            "5-00010/5",
+            "Bad minute '5-00010/5': steps are not POSIX, list the minutes: 5,10",
+        ),
+        ("0-99999/5 * * * *", "minute", "0-99999/5", "Bad minute '0-99999/5': steps are not POSIX"),
+        (
             "0 */6 * * *",
             "hour",
             "*/6",
@@ -205,6 +213,13 @@ def test_not_a_string(value, name):
             "day-of-week",
             "5-7",
             "Bad day-of-week '5-7': 7 is not a POSIX day-of-week (0-6, Sunday is 0), use 0,5,6",
+        ),
+        (
+            # 8 and 9 are no day at all: no spelling says the same.
+            "0 0 * * 7-9",
+            "day-of-week",
+            "7-9",
+            "Bad day-of-week '7-9': 7 is not a POSIX day-of-week (0-6, Sunday is 0)",
         ),
         (
             "0 22-2 * * *",
