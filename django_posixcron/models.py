@@ -133,7 +133,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
         )
 
     def request_run(self, now: dt.datetime | None = None) -> int:
-        """Record a manual run request on each task; return how many; no task code runs.
+        """Record a manual run request on each task; return how many had none pending; no
+        task code runs.
 
         `now` defaults to the database's clock, the one the scheduler judges due-ness by, so
         a web host whose clock runs ahead cannot make the request wait, nor one behind make
@@ -145,10 +146,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
             now = database_now(alias)
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
         # the cursor is not overwritten with a stale due_at. A request still pending keeps
-        # its instant: asking twice before a scheduler picks it up asks for one run.
-        return self.update(
-            run_requested_at=_at_most(now, "run_requested_at"), due_at=_at_most(now, "due_at")
-        )
+        # its instant: asking twice before a scheduler picks it up asks for one run, and
+        # changes nothing the second time.
+        new = Q(run_requested_at__isnull=True) | Q(run_requested_at__gt=now)
+        return self.filter(new).update(run_requested_at=now, due_at=_at_most(now, "due_at"))
 
 
 class Task(models.Model):
@@ -347,6 +348,8 @@ class Task(models.Model):
         """Pause the task; the write touches only `paused`. False if it already was."""
         changed = bool(self._row().pause())
         self.paused = True
+        # Written: a save() that sets it back must see a change to write.
+        self._snapshot(["paused"])
         return changed
 
     def resume(self) -> bool:
@@ -355,17 +358,20 @@ class Task(models.Model):
         changed = bool(self._row().resume())
         self.paused = False
         self.paused_reason = ""
+        self._snapshot(["paused", "paused_reason"])
         return changed
 
-    def request_run(self, now: dt.datetime | None = None) -> None:
+    def request_run(self, now: dt.datetime | None = None) -> bool:
         """Record a manual run request that the scheduler fires at its next tick; a request
-        still pending is kept as it is."""
+        still pending is kept as it is (and False returned)."""
         row = self._row()
         if now is None:
             now = database_now(row.db)
-        row.request_run(now)
+        changed = bool(row.request_run(now))
         self.run_requested_at = earliest(self.run_requested_at, now)
         self.due_at = earliest(self.due_at, now)
+        self._snapshot(["run_requested_at", "due_at"])
+        return changed
 
     def _row(self) -> TaskQuerySet:
         """Return this task's row on the database a save() of it would write to."""

@@ -61,3 +61,36 @@ def test_request_run_on_an_instance_mirrors_the_row():
     assert task.run_requested_at is not None
     stored = Task.objects.get(pk=task.pk)
     assert (stored.run_requested_at, stored.due_at) == (task.run_requested_at, task.due_at)
+
+
+def test_asking_twice_for_a_run_changes_nothing_the_second_time():
+    now = timezone.now()
+    task = make_task(next_run_at=now + dt.timedelta(hours=1))
+    tasks = Task.objects.filter(pk=task.pk)
+    assert tasks.request_run(now) == 1
+    assert tasks.request_run(now + dt.timedelta(seconds=5)) == 0  # the first one is pending
+    assert Task.objects.get(pk=task.pk).run_requested_at == now
+    assert task.request_run(now + dt.timedelta(seconds=9)) is False
+    fresh = Task.objects.get(pk=task.pk)
+    fresh.run_requested_at = None
+    fresh.save()  # a scheduler claimed it, say
+    assert fresh.request_run(now + dt.timedelta(seconds=10)) is True
+
+
+@pytest.mark.parametrize("first", ["pause", "resume"])
+def test_a_save_after_pause_or_resume_writes_the_change_back(first):
+    # The instance methods write the row: a later save() that sets the field back must see
+    # it as a change, not as the value it loaded.
+    task = make_task(paused=first == "resume")
+    getattr(task, first)()
+    task.paused = not task.paused
+    task.save()
+    assert Task.objects.get(pk=task.pk).paused == task.paused
+
+
+def test_a_save_after_request_run_writes_a_cleared_request():
+    task = make_task(next_run_at=timezone.now() + dt.timedelta(hours=1))
+    task.request_run()
+    task.run_requested_at = None
+    task.save()
+    assert Task.objects.get(pk=task.pk).run_requested_at is None
