@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 
 import pytest
@@ -132,6 +133,9 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     )
     reconcile()
     Task.objects.filter(name="task-001").update(paused=True)
+    # Back after downtime: its due time is behind, and it fires now, not "next" at a past time.
+    behind = dt.datetime(2020, 1, 1, 3, 0, 0, 250_000, tzinfo=dt.UTC)
+    Task.objects.filter(name="task-002").update(next_run_at=behind, due_at=behind)
     scheduler = Scheduler(grace=0)
     scheduler.start()
     out = io.StringIO()
@@ -147,6 +151,9 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     else:
         assert listed[0].startswith("  task-000: 0 3 * * * -> next ")
         assert listed[1] == "  task-001: 0 3 * * * -> paused"
+    if count > 2:
+        assert listed[2].startswith("  task-002: 0 3 * * * -> due now (since 2020-01-01T")
+        assert ".250000" not in listed[2]  # to the second
     if count > SUMMARY_TASKS:
         assert lines[-1] == "  ... and 3 more; manage.py schedulerstatus lists every task."
     else:

@@ -236,15 +236,17 @@ class Command(BaseCommand):
         rows = declared.order_by("name").values_list(
             "name", "schedule", "paused", "due_at", "timezone"
         )[:SUMMARY_TASKS]
-        shown = 0
+        shown, now = 0, scheduler.now()
         for name, schedule, paused, due_at, timezone in rows:
             if paused:
                 when = "paused"
             elif due_at is None:
                 when = "not scheduled"
             else:
-                local = due_at.astimezone(zone(timezone))
-                when = f"next {local.isoformat()} ({timezone})"
+                local = due_at.astimezone(zone(timezone)).isoformat(timespec="seconds")
+                # Back after downtime, a task's due time is behind: it fires now, once.
+                when = f"due now (since {local})" if due_at <= now else f"next {local}"
+                when += f" ({timezone})"
             write(f"  {name}: {schedule!s} -> {when}")
             shown += 1
         if not shown:
