@@ -433,7 +433,8 @@ class Scheduler:
                     else:
                         self.runs.launch(run, declaration, now)
                         result.started.append(run)
-        self.pruner.prune(now)
+        # Not when a task falls due within moments, nor after a claim (what it read is due).
+        self.pruner.prune(now, result.next_due_at)
         claimed = bool(result.claimed)
         self._burst = not handoff_only and limit > 0 and len(result.claimed) >= limit
         if handoff_only and not claimed:

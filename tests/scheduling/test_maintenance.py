@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import OperationalError
+from django.db.models import QuerySet
 
 from django_posixcron.models import DeclarationSet, Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling import maintenance
 from tests.harness.tasks import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,6 +40,58 @@ def test_a_run_for_an_old_occurrence_is_kept_for_history_days_after_it_ran(tasks
     # Thirty days after it finished, it goes.
     assert scheduler.pruner.prune(T0 + 31 * DAY) == 1
     assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def old_history(task: Task, count: int, finished_at: dt.datetime) -> None:
+    Run.objects.bulk_create(
+        Run(
+            task=task,
+            trigger=Trigger.CRON,
+            status=RunStatus.SUCCEEDED,
+            scheduled_for=finished_at - dt.timedelta(minutes=i),
+            started_at=finished_at,
+            finished_at=finished_at,
+        )
+        for i in range(count)
+    )
+
+
+def test_pruning_waits_while_a_task_falls_due_and_stays_within_its_budget(
+    tasks, make_scheduler, monkeypatch
+):
+    # On the loop's thread: a tick about to claim must not spend a second deleting history.
+    task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 + DAY)
+    old_history(task, 5, T0 - 40 * DAY)
+    pruner = make_scheduler().pruner
+    pruner.history_days = 30
+
+    assert pruner.prune(T0, next_due=T0 + maintenance.PRUNE_DUE_MARGIN / 2) == 0
+    assert Run.objects.count() == 5
+    # A budget spent by the first batch: the rest is left for the next tick.
+    monkeypatch.setattr(maintenance, "PRUNE_BATCH", 2)
+    monkeypatch.setattr(maintenance, "PRUNE_TICK_BUDGET", 0.0)
+    assert pruner.prune(T0, next_due=T0 + DAY) == 2
+    assert pruner.prune(T0, next_due=None) == 2
+    assert Run.objects.count() == 1
+
+
+def test_the_pruned_count_is_what_was_deleted_not_what_was_selected(tasks, make_scheduler):
+    # Two schedulers pruning at once select the same keys; the second finds them gone.
+    task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 + DAY)
+    old_history(task, 3, T0 - 40 * DAY)
+    pruner = make_scheduler().pruner
+    pruner.history_days = 30
+    real_delete = QuerySet.delete
+    first = Run.objects.order_by("pk").values_list("pk", flat=True)[0]
+
+    def a_peer_got_there_first(queryset: QuerySet[Any]) -> tuple[int, dict[str, int]]:
+        # Between this pruner's SELECT of the keys and its DELETE.
+        real_delete(Run.objects.filter(pk=first))
+        return real_delete(queryset)
+
+    with mock.patch.object(QuerySet, "delete", a_peer_got_there_first):
+        assert pruner.prune(T0) == 2
+    assert not Run.objects.exists()
 
 
 def test_rows_of_processes_gone_for_a_day_are_pruned_once_no_run_names_them(tasks, make_scheduler):
