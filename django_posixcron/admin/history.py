@@ -12,8 +12,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
+from django.db.models import OuterRef, Q, Subquery
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -47,28 +46,49 @@ def _label(status: str) -> str:
 
 
 def recent_runs(task_ids: Iterable[int], per_task: int = STRIP_RUNS) -> dict[int, list[Run]]:
-    """Return each task's latest runs, newest last, in one query for the whole page."""
+    """Return each task's latest runs, newest last, in two queries for the whole page.
+
+    First each task's cutoff, the scheduled time of its `per_task`-th latest run (an index
+    look-up per task), then the runs from there on. Numbering every run of the page's tasks
+    and keeping the first ten read all their history: 6 s for a page of minutely tasks with
+    two million runs.
+    """
     ids = list(task_ids)
     if not ids:
         return {}
-    ranked = (
-        Run.objects.using(app_alias())
-        .filter(task_id__in=ids)
-        .annotate(
-            rank=Window(
-                RowNumber(),
-                partition_by=[F("task_id")],
-                order_by=[F("scheduled_for").desc(), F("id").desc()],
-            )
-        )
-        .filter(rank__lte=per_task)
+    using = app_alias()
+    # By scheduled time alone, the order of the (task, -scheduled_for) index: with the
+    # primary key as a tie-break MariaDB sorted each task's whole history. Ties at the cutoff
+    # only bring a run or two more, dropped below.
+    nth = (
+        Run.objects.using(using)
+        .filter(task=OuterRef("pk"))
+        .order_by("-scheduled_for")
+        .values("scheduled_for")[per_task - 1 : per_task]
+    )
+    cutoffs = Task.objects.using(using).filter(pk__in=ids).annotate(cut=Subquery(nth))
+    wanted = Q()
+    few = []  # tasks with fewer runs than that: all of them
+    for pk, cut in cutoffs.values_list("pk", "cut"):
+        if cut is None:
+            few.append(pk)
+        else:
+            wanted |= Q(task_id=pk, scheduled_for__gte=cut)
+    if few:
+        wanted |= Q(task_id__in=few)
+    found: dict[int, list[Run]] = {pk: [] for pk in ids}
+    if not wanted:
+        return found
+    runs = (
+        Run.objects.using(using)
+        .filter(wanted)
         .only("id", "task_id", "status", "trigger", "scheduled_for", "duration")
     )
-    found: dict[int, list[Run]] = {pk: [] for pk in ids}
-    for run in ranked:
+    for run in runs:
         found[run.task_id].append(run)
-    for runs in found.values():
-        runs.sort(key=lambda r: (r.scheduled_for, r.pk))
+    for pk, listed in found.items():
+        listed.sort(key=lambda r: (r.scheduled_for, r.pk))
+        found[pk] = listed[-per_task:]
     return found
 
 

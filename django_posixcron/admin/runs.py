@@ -69,7 +69,9 @@ class RunAdmin(RunAdminBase):
     )
     list_display_links = ("scheduled_for_display",)
     list_filter = (RunTaskFilter, "status", "trigger")
-    list_select_related = ("task",)
+    # The tasks come by a second query (get_queryset): joined, MariaDB read the task table
+    # first and sorted every run of the history for each page (1.3 s with 430,000 runs).
+    list_select_related = ()
     search_fields = ("task__name",)
     # Drawn by the posixcron_date_hierarchy tag (templates/admin/django_posixcron/run/), which
     # probes the scheduled_for index per period instead of a DISTINCT over the whole history.
@@ -107,8 +109,9 @@ class RunAdmin(RunAdminBase):
         css = {"all": ("django_posixcron/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
-        # The run page's title, breadcrumb and History name the run by its task's name.
-        return super().get_queryset(request).using(app_alias()).select_related("task")
+        # The run page's title, breadcrumb and History name the run by its task's name; the
+        # list names each run's task: one query for the page's tasks, after the runs.
+        return super().get_queryset(request).using(app_alias()).prefetch_related("task")
 
     @admin.display(description=_("task"), ordering="task__name")
     def task_link(self, obj: Run) -> SafeString:

@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from html.parser import HTMLParser
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_posixcron.models import RunStatus, Task
+from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.admin.conftest import client_for, make_run, make_task
 
 pytestmark = pytest.mark.django_db
@@ -99,6 +101,29 @@ def test_the_strip_keeps_the_latest_ten_runs(superuser):
     history(task, [RunStatus.FAILED] * 5 + [RunStatus.SUCCEEDED] * 10)
     html = client_for(superuser).get(LIST).content.decode()
     assert [text for _, _, text in elements(html, "posixcron-mark")] == ["✓"] * 10
+
+
+def test_recent_runs_are_each_tasks_latest_with_ties_and_short_histories(db):
+    from django_posixcron.admin.history import recent_runs
+
+    long, short, none = make_task(name="long"), make_task(name="short"), make_task(name="none")
+    start = timezone.now() - dt.timedelta(days=1)
+    for i in range(30):
+        make_run(long, scheduled_for=start + dt.timedelta(minutes=i))
+    # A manual run at the instant of the 10th-latest cron run: a tie at the cutoff.
+    tie = start + dt.timedelta(minutes=20)
+    tied = make_run(long, trigger=Trigger.MANUAL, scheduled_for=tie)
+    make_run(short, scheduled_for=start)
+
+    with CaptureQueriesContext(connection) as queries:
+        found = recent_runs([long.pk, short.pk, none.pk])
+
+    assert len(queries) == 2  # the cutoffs, then the runs: whatever the history's size
+    latest = sorted(Run.objects.filter(task=long), key=lambda r: (r.scheduled_for, r.pk))
+    assert [r.pk for r in found[long.pk]] == [r.pk for r in latest[-10:]]
+    assert tied.pk in [r.pk for r in found[long.pk]]
+    assert [r.scheduled_for for r in found[short.pk]] == [start]
+    assert found[none.pk] == []
 
 
 def test_the_task_page_charts_durations_and_fire_lag(superuser):
