@@ -57,14 +57,38 @@ _STOP_WATCHING = b"\0"
 _installed: SignalWatcher | None = None
 
 
+# The signals the watcher handles, held back in a forking thread until the child has let go
+# of the watcher: a SIGTERM reaching the child between fork() and forget_in_child() (a pool
+# terminating a worker it has just started) went down the inherited pipe to the scheduler.
+_FORK_HELD = frozenset({signal.SIGTERM, signal.SIGINT})
+# The forking thread's signal mask before fork(), per thread: restored in parent and child.
+_fork_mask = threading.local()
+
+
+def _before_fork() -> None:
+    if _installed is not None:
+        _fork_mask.previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_HELD)
+
+
+def _restore_mask() -> None:
+    previous = getattr(_fork_mask, "previous", None)
+    if previous is not None:
+        _fork_mask.previous = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _after_fork_in_child() -> None:
     if _installed is not None:
         _installed.forget_in_child()
+    # A signal held back meanwhile is delivered now, to the child's own dispositions.
+    _restore_mask()
 
 
 # Task code run by the thread executor may fork: multiprocessing pools, os.fork(). The child
 # must not inherit the scheduler's signal handling (see forget_in_child).
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_restore_mask, after_in_child=_after_fork_in_child
+)
 
 
 class SignalWatcher:
