@@ -392,11 +392,12 @@ class Scheduler:
                 self.using, self.process, now, self.stale_after, self.notifier
             )
         result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
-        # Their retries fall due retry_delay from now, maybe before what the peek read: the
-        # loop wakes for them instead of sleeping until the next poll.
-        next_due = result.next_due_at = earliest(
-            next_due, *(now + run.task.retry_delay for run in result.lost + result.timed_out)
-        )
+        if result.lost or result.timed_out:
+            # Their retries fall due retry_delay from now, maybe before what the peek read:
+            # the loop wakes for them instead of sleeping until the next poll.
+            next_due = result.next_due_at = earliest(
+                next_due, *(now + run.task.retry_delay for run in result.lost + result.timed_out)
+            )
         if peeked.overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0

@@ -12,7 +12,7 @@ import pytest
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.signals import run_finished, run_started, task_failing
-from tests.harness.tasks import T0
+from tests.harness.tasks import T0, running_on_a_dead_process
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,19 +257,7 @@ def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks
 
 def test_the_loop_wakes_for_the_retry_of_a_run_it_marked_lost(tasks, make_scheduler):
     # A retry sooner than the next poll is claimed on time, not when the loop next wakes.
-    task = tasks(retry_delay=2, next_run_at=T0 + HOUR)
-    dead = SchedulerProcess.objects.create(
-        hostname="gone", pid=1, last_heartbeat_at=T0 - dt.timedelta(minutes=10)
-    )
-    Run.objects.create(
-        task=task,
-        trigger=Trigger.CRON,
-        status=RunStatus.RUNNING,
-        scheduled_for=T0 - HOUR,
-        started_at=T0 - HOUR,
-        process=dead,
-        process_label="gone:1",
-    )
+    running_on_a_dead_process(tasks(retry_delay=2, next_run_at=T0 + HOUR), T0 - HOUR)
     scheduler = make_scheduler(poll_interval=60)
 
     result = scheduler.tick(T0)
