@@ -115,7 +115,10 @@ def test_the_loop_waits_for_a_database_that_is_down_at_start_up(
             ),
             what="the scheduler to start once the database is there",
         )
-        assert "database reachable again" in child.output()
+        # Logged once start-up returns, a moment after its rows are committed.
+        schedulers.wait_for(
+            lambda: "database reachable again" in child.output(), what="the recovery to be logged"
+        )
     schedulers.expect_exit(child)
     child.signal(signal.SIGTERM)
     assert child.wait() == 0, child.output()
