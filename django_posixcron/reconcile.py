@@ -74,6 +74,16 @@ BATCH_SIZE = 500
 ATTEMPTS = 3
 
 
+# How a change reads in the log once made, and in `runscheduler --check` before it is.
+LABELS = {
+    "task_created": "new task",
+    "task_updated": "changed task",
+    "task_retired": "retired task",
+    "task_restored": "restored task",
+}
+PENDING_LABELS = {**LABELS, "task_retired": "task to retire", "task_restored": "task to restore"}
+
+
 @dataclasses.dataclass
 class Change:
     """One row to write: the task as it will be, the fields written and what changed."""
@@ -85,13 +95,13 @@ class Change:
 
     @property
     def line(self) -> str:
-        label = {
-            "task_created": "new task",
-            "task_updated": "changed task",
-            "task_retired": "retired task",
-            "task_restored": "restored task",
-        }[self.action]
-        return f"{label} {self.task.name!r}: " + "; ".join(self.details)
+        """The change as made: the log line of reconciling."""
+        return self.line_for(pending=False)
+
+    def line_for(self, *, pending: bool) -> str:
+        """The change as made, or (pending) as `runscheduler --check` would make it."""
+        labels = PENDING_LABELS if pending else LABELS
+        return f"{labels[self.action]} {self.task.name!r}: " + "; ".join(self.details)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +195,7 @@ class Plan:
     def lines(self, *, pending: bool = False) -> list[str]:
         """Return one human-readable line per change and deferral, then the summary."""
         return [
-            *(c.line for c in self.changes),
+            *(c.line_for(pending=pending) for c in self.changes),
             *(d.line for d in self.deferred),
             self.summary(pending=pending),
         ]

@@ -82,6 +82,27 @@ def test_check_exits_1_when_the_database_differs_and_changes_nothing(posixcron):
     assert "nothing to reconcile" in run("--check")
 
 
+def test_check_words_the_changes_it_would_make_as_pending(posixcron):
+    other = {"other": {**EVERY_MINUTE["every-minute"], "kwargs": {"task_name": "other"}}}
+    posixcron({**EVERY_MINUTE, **other})
+    run("--once")
+    posixcron(EVERY_MINUTE)
+
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("runscheduler", "--check", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith("task to retire 'other': "), out.getvalue()
+    assert "1 to retire" in out.getvalue()
+    assert Task.objects.get(name="other").declared
+
+    run("--once")
+    posixcron({**EVERY_MINUTE, **other})
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("runscheduler", "--check", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith("task to restore 'other': "), out.getvalue()
+
+
 def test_once_reconciles_fires_what_is_due_waits_and_exits(posixcron):
     posixcron(EVERY_MINUTE)
 
