@@ -104,9 +104,20 @@ def minutes(first: dt.datetime, last: dt.datetime) -> list[dt.datetime]:
     return [start + dt.timedelta(minutes=i) for i in range(count)]
 
 
-def assert_every_minute_once(name: str, first: dt.datetime, last: dt.datetime) -> None:
+def assert_every_minute_once(
+    name: str, created: tuple[dt.datetime, dt.datetime], last: dt.datetime
+) -> None:
+    """Every minute from the task's creation to `last` fired once, by cron, successfully.
+
+    `created` brackets the task's creation: a new `* * * * *` task fires the minute it is
+    created in, which may be the minute before the test's next reading of the clock.
+    """
     runs = Run.objects.filter(task__name=name)
     fired = sorted(runs.values_list("scheduled_for", "trigger", "status"))
+    assert fired, name
+    first = fired[0][0]
+    earliest, latest = (instant.replace(second=0, microsecond=0) for instant in created)
+    assert earliest <= first <= latest, (name, first, created)
     assert fired == [(m, "cron", RunStatus.SUCCEEDED) for m in minutes(first, last)], name
     # Task code ran once per run: no run executed twice, none behind the database's back.
     assert Hit.objects.filter(task_name=name).count() == len(fired), name
@@ -119,6 +130,7 @@ def test_rolling_deploy_restart_and_rollback_fire_every_minute_exactly_once(
 ) -> None:
     only_on("postgresql", "mysql", why="several processes on one database; " + SLOW_CASE)
     schedulers.configure(V1)
+    t_launch = utcnow()
     p1a, p1b = schedulers.start_live(2)
     schedulers.wait_for(lambda: stored("a") and stored("c"), what="v1 reconciled")
     t_start = utcnow()
@@ -126,6 +138,7 @@ def test_rolling_deploy_restart_and_rollback_fire_every_minute_exactly_once(
 
     # v2 starts beside them: it creates b, and defers a to the live v1 processes.
     schedulers.configure(V2)
+    t_b_launch = utcnow()
     (p2,) = schedulers.start_live(1)
     schedulers.wait_for(lambda: stored("b"), what="b created by v2")
     t_b = utcnow()
@@ -208,9 +221,9 @@ def test_rolling_deploy_restart_and_rollback_fire_every_minute_exactly_once(
     assert p1c.wait() == 0
 
     # No minute missed, none run twice, each run with the definition stored when it fired.
-    assert_every_minute_once("a", t_start, last)
-    assert_every_minute_once("c", t_start, last)
-    assert_every_minute_once("b", t_b, t_stop)
+    assert_every_minute_once("a", (t_launch, t_start), last)
+    assert_every_minute_once("c", (t_launch, t_start), last)
+    assert_every_minute_once("b", (t_b_launch, t_b), t_stop)
     hits = Hit.objects.filter(task_name="a")
     assert set(hits.filter(created_at__lt=t_kill).values_list("label", flat=True)) == {"v1"}
     # Nobody runs a while the last v1 process is dead but not yet stale; the occurrence missed
