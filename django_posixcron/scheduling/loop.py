@@ -137,6 +137,9 @@ class TickResult:
     overdue: list[Task] = dataclasses.field(default_factory=list)  # task_overdue sent for
     next_due_at: dt.datetime | None = None
     wake_in: float = 0.0
+    # Tasks were due and the claim stopped at its limit (a full batch, or every local slot
+    # busy): some may still be due. `run_once` claims them as slots free.
+    left_due: bool = False
 
     @property
     def claimed(self) -> list[Run]:
@@ -408,8 +411,11 @@ class Scheduler:
         by_db_clock = (
             not explicit and db_now is not None and rules.due_within(next_due, now, round_trip)
         )
-        if next_due is not None and (next_due <= now or by_db_clock) and not self.stopping:
-            limit = min(self.batch_size, self.executor.free_slots())
+        due = next_due is not None and (next_due <= now or by_db_clock) and not self.stopping
+        free = 0
+        if due:
+            free = self.executor.free_slots()
+            limit = min(self.batch_size, free)
             # Every local slot busy: runs handed to workers elsewhere can still be claimed.
             handoff_only = limit == 0 and bool(self.claimer.handoff_names)
             if handoff_only:
@@ -438,6 +444,7 @@ class Scheduler:
         self.pruner.prune(now, result.next_due_at)
         claimed = bool(result.claimed)
         self._burst = not handoff_only and limit > 0 and len(result.claimed) >= limit
+        result.left_due = due and (free == 0 or len(result.claimed) >= limit)
         if handoff_only and not claimed:
             # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
             limit = 0
@@ -464,15 +471,37 @@ class Scheduler:
                 slept = time.monotonic() - started
 
     def run_once(self) -> TickResult:
-        """Tick once, wait for the runs it started, record their outcomes, stop."""
+        """Fire what is due now, wait for the runs, record their outcomes, stop.
+
+        One tick, and more while it left tasks due for want of a free slot (more due than
+        `CONCURRENCY`): those are claimed as runs end, until nothing due at the first tick's
+        instant is left. Left to the next invocation, they would be claimed after their next
+        occurrence had passed too, and that occurrence never fired ("no make-up"). Return
+        what all the ticks did.
+        """
         with self._serving():
             if self.process is None:
                 self.start()
             with self.watchdog.watching("loop"):
                 result = self.tick()
+            as_of, total = result.now, result
+            while not self.stopping and result.left_due:
+                self._wake.clear()
+                if self.executor.free_slots() == 0:
+                    # Woken when a run ends; a tick at least every heartbeat interval records
+                    # outcomes and timeouts meanwhile.
+                    self._wake.wait(self.heartbeat_every)
+                # A peek, not a burst's blind claim: it reads what is still due.
+                self._burst = False
+                with self.watchdog.watching("loop"):
+                    result = self.tick()
+                for field in ("started", "queued", "skipped", "lost", "timed_out", "overdue"):
+                    getattr(total, field).extend(getattr(result, field))
+                if result.next_due_at is None or result.next_due_at > as_of:
+                    break
             while not self.stopping and not self.wait_idle(self.heartbeat_every):
                 pass
-            return result
+            return total
 
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:

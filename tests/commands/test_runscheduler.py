@@ -103,6 +103,23 @@ def test_check_words_the_changes_it_would_make_as_pending(posixcron):
     assert out.getvalue().startswith("task to restore 'other': "), out.getvalue()
 
 
+def test_once_fires_everything_due_even_with_fewer_slots_than_tasks(posixcron):
+    # From system cron every minute: what one invocation leaves due is claimed by the next
+    # one after its next occurrence, which would then never fire.
+    names = [f"job-{i}" for i in range(7)]
+    posixcron(
+        {name: {**EVERY_MINUTE["every-minute"], "kwargs": {"task_name": name}} for name in names}
+    )
+
+    out = run("--once", "--concurrency", "2")
+
+    assert "Ran 7 task(s), skipped 0; exiting." in out
+    runs = Run.objects.all()
+    assert sorted(runs.values_list("task__name", flat=True)) == names
+    assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
+    assert sorted(Hit.objects.values_list("task_name", flat=True)) == names
+
+
 def test_once_reconciles_fires_what_is_due_waits_and_exits(posixcron):
     posixcron(EVERY_MINUTE)
 
