@@ -419,17 +419,25 @@ def _record_task_outcomes(
             # An older occurrence's late success: the newer failure's retry, streak and
             # last run stand; only the last success moves.
             continue
-        retry_at = rules.retry_after_outcome(
-            o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
+        # An older occurrence's late failure: the newer failure's retry and last run stand;
+        # the streak counts it.
+        outdated = rules.outdated_failure(
+            o.status, occurrence, row["retry_at"], row["retry_occurrence"]
         )
-        if retry_at is not None and retry_at != row["retry_at"]:
-            # The retry this failure sets up retries this run's occurrence, one attempt on.
-            row["retry_occurrence"] = occurrence
-            row["retry_attempt"] = o.run.attempt
-        row["retry_at"] = retry_at
+        if not outdated:
+            retry_at = rules.retry_after_outcome(
+                o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
+            )
+            if retry_at is not None and retry_at != row["retry_at"]:
+                # The retry this failure sets up retries this run's occurrence, one attempt on.
+                row["retry_occurrence"] = occurrence
+                row["retry_attempt"] = o.run.attempt
+            row["retry_at"] = retry_at
         alert = _apply_streak(o, row, using, signals=signals)
         if alert is not None:
             failing[row["pk"]] = alert
+        if outdated:
+            continue
         due = due_at(row["next_run_at"], row["retry_at"], row["run_requested_at"])
         row["last_run_status"], row["last_run_finished_at"], row["due_at"] = (
             o.status,

@@ -175,6 +175,29 @@ def outdated_success(
     )
 
 
+def outdated_failure(
+    status: str,
+    occurrence: dt.datetime | None,
+    retry_at: dt.datetime | None,
+    retry_occurrence: dt.datetime | None,
+) -> bool:
+    """Return whether a failure serves an older occurrence than the retry pending.
+
+    With overlap "allow", the 10:00 run can still be going when the 11:00 one fails and sets
+    up its retry; the task holds one retry, and the 10:00 failure, recorded later, must not
+    take it over: the 11:00 failure would never be retried. A newer occurrence supersedes an
+    older one's retry, as "the next cron occurrence ... consumes the retry". The failure
+    still counts in the streak.
+    """
+    return (
+        status in FAILURE_STATUSES
+        and retry_at is not None
+        and occurrence is not None
+        and retry_occurrence is not None
+        and occurrence < retry_occurrence
+    )
+
+
 def late_success_cancels_retry(
     status: str,
     occurrence: dt.datetime | None,

@@ -79,13 +79,17 @@ def blocked(gate_name: str = "default", task_name: str = "blocked") -> None:
         raise TimeoutError(f"gate {gate_name!r} was never opened")
 
 
-def block_hour_else_fail(context: Any, gate_name: str, block_hour: int) -> None:
-    """The cron run of the occurrence at `block_hour` waits for its gate, then succeeds;
-    every other run fails at once (overlap "allow": an old run outlives a newer one)."""
+def block_hour_else_fail(
+    context: Any, gate_name: str, block_hour: int, then_fail: bool = False
+) -> None:
+    """The cron run of the occurrence at `block_hour` waits for its gate, then succeeds (or
+    fails, with `then_fail`); every other run fails at once (overlap "allow": an old run
+    outlives a newer one)."""
     if context.trigger == "cron" and context.occurrence.hour == block_hour:
         if not gate(gate_name).wait(timeout=30):
             raise TimeoutError(f"gate {gate_name!r} was never opened")
-        return
+        if not then_fail:
+            return
     raise RuntimeError(f"attempt {context.attempt} of {context.occurrence:%H:%M} failed")
 
 
