@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import clock, process_stale_after
+from django_posixcron.admin.permissions import can_view, refuse_actions_not_offered
 from django_posixcron.db import app_alias
 from django_posixcron.models import SchedulerProcess
 
@@ -45,6 +46,17 @@ class SchedulerProcessAdmin(ProcessAdminBase):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refuse_actions_not_offered(self, request)
+        return super().changelist_view(request, extra_context)
+
+    def has_view_permission(
+        self, request: HttpRequest, obj: SchedulerProcess | None = None
+    ) -> bool:
+        return can_view(request, SchedulerProcess)
 
     def has_change_permission(
         self, request: HttpRequest, obj: SchedulerProcess | None = None

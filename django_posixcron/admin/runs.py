@@ -25,6 +25,7 @@ from django_posixcron.admin.display import (
     status_badge,
 )
 from django_posixcron.admin.filters import RunTaskFilter
+from django_posixcron.admin.permissions import can_view, refuse_actions_not_offered
 from django_posixcron.db import app_alias
 from django_posixcron.models import UNFINISHED_STATUSES, Run
 
@@ -206,6 +207,15 @@ class RunAdmin(RunAdminBase):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refuse_actions_not_offered(self, request)
+        return super().changelist_view(request, extra_context)
+
+    def has_view_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
+        return can_view(request, Run)
 
     def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         # History is a record of what happened; only the scheduler writes it.

@@ -21,6 +21,7 @@ from django_posixcron.admin import display, history
 from django_posixcron.admin.actions import TaskStateActions
 from django_posixcron.admin.display import badge, dash, muted, row_clock, when
 from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
+from django_posixcron.admin.permissions import can_view, refuse_actions_not_offered
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -239,6 +240,9 @@ class TaskAdmin(TaskStateActions):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        return can_view(request, Task)
+
     def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         # Definitions come from settings; state changes go through the pause, resume and
         # run-now views, each behind its own permission.
@@ -298,6 +302,7 @@ class TaskAdmin(TaskStateActions):
     ) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied  # before the header's queries, as Django's own view would
+        refuse_actions_not_offered(self, request)
         now = display.clock()
         using = app_alias()
         live = SchedulerProcess.objects.using(using).live(now, display.process_stale_after())

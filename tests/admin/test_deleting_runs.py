@@ -175,7 +175,7 @@ def test_a_selection_of_running_runs_only_offers_nothing_to_confirm(deleter):
 def test_bulk_delete_needs_the_delete_permission(viewer):
     run = make_run(make_task())
     form = {"action": "delete_selected", "post": "yes", "_selected_action": [str(run.pk)]}
-    client_for(viewer).post(RUNS, form)
+    assert client_for(viewer).post(RUNS, form).status_code == 403
     assert Run.objects.filter(pk=run.pk).exists()
 
 

@@ -570,7 +570,7 @@ def test_actions_refused_without_permission(request, user_fixture, action):
     task = make_task(paused=action == "resume_selected", declared=action != "delete_selected")
     user = request.getfixturevalue(user_fixture)
     response = _act(client_for(user), action, task)
-    assert response.status_code == 200
+    assert response.status_code == 403
     task.refresh_from_db()
     assert task.paused == (action == "resume_selected")
     assert task.run_requested_at is None
@@ -663,6 +663,25 @@ def test_staff_without_view_permission_is_refused(bare_staff):
     task = make_task()
     assert client_for(bare_staff).get(LIST).status_code == 403
     assert client_for(bare_staff).get(change_url(task)).status_code == 403
+
+
+def test_change_permissions_do_not_open_the_pages(db):
+    # Django lets change stand in for view; nothing here can be changed, so it opens nothing.
+    from tests.admin.conftest import _staff
+
+    user = _staff("changer", "change_task", "change_run", "change_schedulerprocess")
+    task = make_task()
+    run = make_run(task, status=RunStatus.FAILED, error="boom", traceback="Traceback: secret")
+    client = client_for(user)
+    for url in (
+        LIST,
+        change_url(task),
+        reverse("admin:django_posixcron_run_changelist"),
+        reverse("admin:django_posixcron_run_change", args=[run.pk]),
+        reverse("admin:django_posixcron_schedulerprocess_changelist"),
+    ):
+        assert client.get(url).status_code == 403, url
+    assert "django_posixcron" not in client.get(reverse("admin:index")).content.decode()
 
 
 def test_viewer_sees_list_and_page(viewer):

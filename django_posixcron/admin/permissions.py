@@ -1,0 +1,37 @@
+"""Who may see what: each page behind its own view permission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin import ModelAdmin
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model
+from django.http import HttpRequest
+
+
+def can_view(request: HttpRequest, model: type[Model]) -> bool:
+    """Return whether the user holds the model's view permission.
+
+    Django's admin lets the change permission stand in for view. Nothing here can be changed
+    in the admin, so a change permission, granted by habit or by a group made for another
+    app, must not open the history and its tracebacks: only view does.
+    """
+    opts = model._meta
+    return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('view', opts)}")
+
+
+def refuse_actions_not_offered(model_admin: ModelAdmin[Any], request: HttpRequest) -> None:
+    """Raise PermissionDenied for a list action posted by a user it is not offered to.
+
+    Django's own answer is the list again, at most with "No action selected.": a user who
+    posts pause or delete without the permission is told plainly, as the buttons do.
+    """
+    if request.method != "POST":
+        return
+    chosen = set(request.POST.getlist("action"))
+    declared = {a if isinstance(a, str) else a.__name__ for a in model_admin.actions or ()}
+    declared |= {name for name, _ in model_admin.admin_site.actions}  # delete_selected
+    if chosen & (declared - set(model_admin.get_actions(request))):
+        raise PermissionDenied
