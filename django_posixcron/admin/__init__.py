@@ -6,6 +6,7 @@ runs.py     the run history
 processes.py  the scheduler processes
 display.py  times, durations and badges; the clock the admin reads
 filters.py  the list filters
+permissions.py  who may see the pages and post the actions
 """
 
 from django_posixcron.admin.processes import SchedulerProcessAdmin
