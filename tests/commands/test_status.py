@@ -255,6 +255,17 @@ def test_json_says_an_unreachable_database_as_json_too(monkeypatch):
     }
 
 
+def test_json_says_an_unknown_database_alias_as_json_too():
+    out = StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("schedulerstatus", "--json", "--database", "nope", stdout=out)
+    assert raised.value.returncode == 1
+    answer = json.loads(out.getvalue())
+    assert answer["healthy"] is False
+    [problem] = answer["problems"]
+    assert "'nope' is not in settings.DATABASES" in problem
+
+
 def test_broken_poll_interval_settings_fall_back_to_the_default(posixcron, now):
     posixcron({}, POLL_INTERVAL="soon")
     make_process(now, age=dt.timedelta(seconds=25))

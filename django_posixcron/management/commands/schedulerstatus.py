@@ -166,11 +166,28 @@ class Command(BaseCommand):
         add_database_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            status = self._status(options)
+        except CommandError as error:
+            if options["json"]:
+                # Still one JSON object on stdout, for whatever parses it: an unknown
+                # --database, a database that does not answer, a missed migration.
+                answer = {"healthy": False, "problems": [str(error)]}
+                self.stdout.write(json.dumps(answer, indent=2))
+            raise
+        if options["json"]:
+            self.stdout.write(json.dumps(self._as_dict(status), indent=2))
+        else:
+            self._print(status)
+        if not status.healthy:
+            raise CommandError("; ".join(status.problems), returncode=1)
+
+    def _status(self, options: dict[str, Any]) -> Status:
         poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
         using = command_alias(options["database"])
         try:
-            status = collect(
+            return collect(
                 database_now(using),
                 max_lag=dt.timedelta(seconds=poll_interval if max_lag is None else max_lag),
                 stale=stale_after(poll_interval),
@@ -182,22 +199,9 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             # A probe wants a one-line answer, not a traceback. A missing table is a missed
             # deploy step, not an outage: say which.
-            try:
-                with contextlib.suppress(DatabaseError):
-                    check_migrated(using)
-                raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
-            except CommandError as error:
-                if options["json"]:
-                    # Still one JSON object on stdout, for whatever parses it.
-                    answer = {"healthy": False, "problems": [str(error)]}
-                    self.stdout.write(json.dumps(answer, indent=2))
-                raise
-        if options["json"]:
-            self.stdout.write(json.dumps(self._as_dict(status), indent=2))
-        else:
-            self._print(status)
-        if not status.healthy:
-            raise CommandError("; ".join(status.problems), returncode=1)
+            with contextlib.suppress(DatabaseError):
+                check_migrated(using)
+            raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
 
     def _print(self, status: Status) -> None:
         write, now = self.stdout.write, status.now
