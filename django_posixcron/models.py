@@ -124,13 +124,22 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def pause(self) -> int:
         """Pause the tasks that are not paused yet; return how many were."""
-        return self.filter(paused=False).update(paused=True, updated_at=dj_timezone.now())
+        return self.filter(paused=False).update(paused=True, updated_at=self._database_now())
 
     def resume(self) -> int:
-        """Resume the paused tasks; return how many were paused."""
+        """Resume the paused tasks; return how many were paused.
+
+        Stamped by the database's clock: a task resumed long after its due time is not
+        overdue until it has had POLL_INTERVAL to be claimed, by the clock overdue is judged
+        by, whatever the web host's clock says.
+        """
         return self.filter(paused=True).update(
-            paused=False, paused_reason="", updated_at=dj_timezone.now()
+            paused=False, paused_reason="", updated_at=self._database_now()
         )
+
+    def _database_now(self) -> dt.datetime:
+        # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
+        return database_now(getattr(self, "_db", None) or router.db_for_write(self.model))
 
     def request_run(self, now: dt.datetime | None = None) -> int:
         """Record a manual run request on each task; return how many had none pending; no
@@ -141,9 +150,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         it fire before it was asked for.
         """
         if now is None:
-            # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
-            alias = getattr(self, "_db", None) or router.db_for_write(self.model)
-            now = database_now(alias)
+            now = self._database_now()
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
         # the cursor is not overwritten with a stale due_at. A request still pending keeps
         # its instant: asking twice before a scheduler picks it up asks for one run, and

@@ -57,6 +57,35 @@ def test_run_now_is_stamped_by_the_database_clock(operator, host_clock_ahead):
         assert task.due_at == task.run_requested_at
 
 
+@pytest.fixture
+def host_clock_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this host's clock run an hour behind the database server's."""
+    real = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real() - SKEW)
+
+
+@has_clock
+@pytest.mark.django_db
+def test_pause_and_resume_are_stamped_by_the_database_clock(operator, host_clock_behind):
+    # Resumed a day after its due time: not overdue until it had POLL_INTERVAL to be claimed,
+    # by the database's clock. Stamped by a host an hour behind, it read overdue at once.
+    due = database_now("default") - dt.timedelta(days=1)
+    button, action = (make_task(name=n, paused=True, next_run_at=due) for n in ("b", "a"))
+    client = client_for(operator)
+    before = database_now("default")
+    client.post(action_url(button, "resume"))
+    client.post(TASKS, {"action": "resume_selected", "_selected_action": [action.pk]})
+    after = database_now("default")
+    for task in Task.objects.all():
+        assert not task.paused
+        assert before <= task.updated_at <= after, task.name
+    assert not Task.objects.overdue(after, slack=dt.timedelta(seconds=10)).exists()
+    client.post(TASKS, {"action": "pause_selected", "_selected_action": [action.pk]})
+    action.refresh_from_db()
+    assert action.paused
+    assert after <= action.updated_at <= database_now("default")
+
+
 @has_clock
 @pytest.mark.django_db
 def test_counts_liveness_and_relative_times_follow_the_database_clock(superuser, host_clock_ahead):
