@@ -122,19 +122,21 @@ class TaskQuerySet(models.QuerySet["Task"]):
     # one UPDATE of its own fields only: "Writes touch only their own fields, so a concurrent
     # pause from the admin is never lost", nor an outcome written while the admin pauses.
 
-    def pause(self) -> int:
+    def pause(self, now: dt.datetime | None = None) -> int:
         """Pause the tasks that are not paused yet; return how many were."""
-        return self.filter(paused=False).update(paused=True, updated_at=self._database_now())
+        return self.filter(paused=False).update(
+            paused=True, updated_at=now or self._database_now()
+        )
 
-    def resume(self) -> int:
+    def resume(self, now: dt.datetime | None = None) -> int:
         """Resume the paused tasks; return how many were paused.
 
-        Stamped by the database's clock: a task resumed long after its due time is not
-        overdue until it has had POLL_INTERVAL to be claimed, by the clock overdue is judged
-        by, whatever the web host's clock says.
+        Stamped (`now`) by default by the database's clock: a task resumed long after its
+        due time is not overdue until it has had POLL_INTERVAL to be claimed, by the clock
+        overdue is judged by, whatever the web host's clock says.
         """
         return self.filter(paused=True).update(
-            paused=False, paused_reason="", updated_at=self._database_now()
+            paused=False, paused_reason="", updated_at=now or self._database_now()
         )
 
     def _database_now(self) -> dt.datetime:
@@ -267,8 +269,9 @@ class Task(models.Model):
                 self.due_at = self.compute_due_at()
                 changed.append("due_at")
             if "paused" in changed:
-                # As pause() and resume(): the overdue clock counts from a resume.
-                self.updated_at = dj_timezone.now()
+                # As pause() and resume(): the overdue clock counts from a resume, by the
+                # database's clock.
+                self.updated_at = database_now(self._state.db or router.db_for_write(Task))
                 changed.append("updated_at")
                 if not self.paused and "paused_reason" not in changed:
                     self.paused_reason = ""
@@ -351,18 +354,18 @@ class Task(models.Model):
     def compute_due_at(self) -> dt.datetime | None:
         return due_at(self.next_run_at, self.retry_at, self.run_requested_at)
 
-    def pause(self) -> bool:
+    def pause(self, now: dt.datetime | None = None) -> bool:
         """Pause the task; the write touches only `paused`. False if it already was."""
-        changed = bool(self._row().pause())
+        changed = bool(self._row().pause(now))
         self.paused = True
         # Written: a save() that sets it back must see a change to write.
         self._snapshot(["paused"])
         return changed
 
-    def resume(self) -> bool:
+    def resume(self, now: dt.datetime | None = None) -> bool:
         """Resume the task; the write touches only `paused` and why it was paused. False if
         it was not paused."""
-        changed = bool(self._row().resume())
+        changed = bool(self._row().resume(now))
         self.paused = False
         self.paused_reason = ""
         self._snapshot(["paused", "paused_reason"])

@@ -84,6 +84,13 @@ def test_pause_and_resume_are_stamped_by_the_database_clock(operator, host_clock
     action.refresh_from_db()
     assert action.paused
     assert after <= action.updated_at <= database_now("default")
+    # The ORM idiom restarts the overdue clock by the same clock.
+    button.refresh_from_db()
+    button.paused = True
+    before = database_now("default")
+    button.save()
+    button.refresh_from_db()
+    assert before <= button.updated_at <= database_now("default")
 
 
 @has_clock

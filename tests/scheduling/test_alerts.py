@@ -165,7 +165,7 @@ def test_a_task_resumed_or_created_after_its_due_time_gets_a_poll_interval_first
     Task.objects.filter(name="elsewhere").update(definition_hash="another-deploy")
     at = T0 + HOUR + dt.timedelta(seconds=20)
     with freeze_time(at):
-        Task.objects.filter(name__in=["held", "elsewhere"]).resume()
+        Task.objects.filter(name__in=["held", "elsewhere"]).resume(now=at)
         tasks("new", schedule="* * * * *", now=at)
     scheduler = make_scheduler()  # POLL_INTERVAL = 1 s
 
