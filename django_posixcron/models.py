@@ -124,9 +124,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def pause(self, now: dt.datetime | None = None) -> int:
         """Pause the tasks that are not paused yet; return how many were."""
-        return self.filter(paused=False).update(
-            paused=True, updated_at=now or self._database_now()
-        )
+        return self.filter(paused=False).update(paused=True, updated_at=now or self._database_now())
 
     def resume(self, now: dt.datetime | None = None) -> int:
         """Resume the paused tasks; return how many were paused.
