@@ -469,22 +469,30 @@ def _replan(
     Full rows are loaded only for tasks that may change: a task whose stored hash equals its
     declaration's, which is declared and has a cursor, is unchanged by definition. Building
     10,000 model instances (and parsing their timestamps) would cost more than the whole
-    reconciliation target for a restart with no change.
+    reconciliation target for a restart with no change. The schedule and the zone are compared
+    too: a row edited by hand with its hash left as it was is rewritten from settings, as
+    `--check` reports it, rather than left with an expression or a zone nothing can evaluate.
     """
     tasks = Task.objects.using(alias)
     summary = tasks.annotate(
         has_cursor=ExpressionWrapper(Q(next_run_at__isnull=False), output_field=BooleanField())
-    ).values_list("pk", "name", "definition_hash", "declared", "has_cursor")
+    ).values_list("pk", "name", "definition_hash", "declared", "has_cursor", "schedule", "timezone")
     unchanged: list[str] = []
     candidates: list[int] = []
-    for pk, name, definition_hash, declared, has_cursor in summary:
+    for pk, name, definition_hash, declared, has_cursor, schedule, timezone in summary:
         declaration = declarations.get(name)
         if declaration is None:
             if declared:
                 candidates.append(pk)
             else:
                 unchanged.append(name)
-        elif declared and has_cursor and definition_hash == declaration.definition_hash:
+        elif (
+            declared
+            and has_cursor
+            and definition_hash == declaration.definition_hash
+            and schedule == declaration.schedule
+            and timezone == declaration.timezone
+        ):
             unchanged.append(name)
         else:
             candidates.append(pk)

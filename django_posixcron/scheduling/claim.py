@@ -184,7 +184,11 @@ class Claimer:
                 if t.overlap == Overlap.SKIP and getattr(t, "busy", False)
             }
             planned = [
-                (task, declaration, *self.plan(task, now, process, overlapping=task.pk in busy))
+                (
+                    task,
+                    declaration,
+                    *self.plan(task, declaration, now, process, overlapping=task.pk in busy),
+                )
                 for task, declaration in claimable
             ]
             for _, declaration, _, run in planned:
@@ -268,12 +272,22 @@ class Claimer:
 
     @staticmethod
     def plan(
-        task: Task, now: dt.datetime, process: SchedulerProcess, *, overlapping: bool
+        task: Task,
+        declaration: TaskDeclaration,
+        now: dt.datetime,
+        process: SchedulerProcess,
+        *,
+        overlapping: bool,
     ) -> tuple[dict[str, Any], Run | None]:
-        """Return the task's new state and the run to insert (None when nothing is due)."""
+        """Return the task's new state and the run to insert (None when nothing is due).
+
+        The cursor moves by this process's declaration, which the row's hash matches: a row
+        whose schedule or zone was edited by hand (the hash left as it was) cannot stop the
+        claim of the whole batch with an expression the engine rejects.
+        """
         claimed = rules.after_claim(
-            schedule=task.schedule,
-            timezone=task.timezone,
+            schedule=declaration.schedule,
+            timezone=declaration.timezone,
             next_run_at=task.next_run_at,
             retry_at=task.retry_at,
             run_requested_at=task.run_requested_at,

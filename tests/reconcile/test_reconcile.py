@@ -62,6 +62,25 @@ def test_unchanged_is_empty_and_keeps_the_cursor():
     assert Task.objects.get(name="a").next_run_at == NOW - dt.timedelta(days=1)
 
 
+def test_a_schedule_or_zone_edited_by_hand_is_rewritten_from_settings():
+    # Edited in a database shell (or by a tool) with the hash left as it was: the unchanged
+    # fast path, which goes by the hash, must not keep what nothing can evaluate.
+    declarations = declare(a=task("15 3 * * *"), b=task("0 4 * * *", timezone="Asia/Kolkata"))
+    reconcile(now=NOW, declarations=declarations)
+    Task.objects.filter(name="a").update(schedule="*/5 * * * *")
+    Task.objects.filter(name="b").update(timezone="Mars/Olympus")
+
+    assert [line.split(":")[0] for line in plan(declarations, Task.objects.all(), NOW).lines()][
+        :2
+    ] == ["changed task 'a'", "changed task 'b'"]
+    result = reconcile(now=NOW, declarations=declarations)
+
+    assert sorted(c.task.name for c in result.update) == ["a", "b"]
+    assert Task.objects.get(name="a").schedule == "15 3 * * *"
+    assert Task.objects.get(name="b").timezone == "Asia/Kolkata"
+    assert reconcile(now=NOW, declarations=declarations).is_empty
+
+
 def test_stored_row_matches_the_declaration():
     declarations = declare(
         a=task(

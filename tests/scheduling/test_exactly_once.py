@@ -81,7 +81,9 @@ def test_the_compare_and_set_refuses_a_stale_claim(tasks, make_scheduler):
     Task.objects.filter(pk=task.pk).update(next_run_at=T0 + HOUR, due_at=T0 + HOUR)
 
     declaration = scheduler.declarations[task.name]
-    changes, run = scheduler.claimer.plan(stale, T0, scheduler.process, overlapping=False)
+    changes, run = scheduler.claimer.plan(
+        stale, declaration, T0, scheduler.process, overlapping=False
+    )
     with transaction.atomic():
         written = scheduler.claimer.write_compare_and_set([(stale, declaration, changes, run)])
 
@@ -170,3 +172,21 @@ def test_schedulers_racing_on_their_own_connections_fire_each_occurrence_once(
     assert Run.objects.exclude(status=RunStatus.SUCCEEDED).count() == 0
     hits = list(Hit.objects.values_list("label", flat=True))
     assert sorted(hits) == sorted(f"t{index}" for index in range(count) for _ in range(rounds))
+
+
+def test_a_row_edited_by_hand_does_not_stop_the_batch(tasks, make_scheduler):
+    # The schedule rewritten in a database shell, the hash left as it was, while schedulers
+    # run: the claim moves the cursor by the declaration the hash stands for.
+    edited, other = (
+        tasks(name, schedule="* * * * *", next_run_at=T0) for name in ("edited", "other")
+    )
+    Task.objects.filter(pk=edited.pk).update(schedule="*/5 * * * *", timezone="Mars/Olympus")
+    scheduler = make_scheduler()
+
+    claimed = scheduler.tick(T0).claimed
+    assert scheduler.wait_idle(10)
+
+    assert sorted(run.task.name for run in claimed) == ["edited", "other"]
+    for task in (edited, other):
+        task.refresh_from_db()
+        assert task.next_run_at == T0 + MINUTE, task.name
