@@ -73,6 +73,21 @@ def non_negative_float(value: str) -> float:
     return number
 
 
+# Ten years: a lag longer than that says nothing, and one of 2,000 years would reach back past
+# the first instant a datetime can hold.
+MAX_LAG = 10 * 365 * 86400
+
+
+def max_lag(value: str) -> float:
+    """Parse --max-lag: zero or more seconds, at most ten years."""
+    number = non_negative_float(value)
+    if number > MAX_LAG:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_LAG:d} seconds (ten years), got {value!r}"
+        )
+    return number
+
+
 def positive_int(value: str) -> int:
     """Parse a whole number of at least 1."""
     number: int = _number(value, int, "a whole number")

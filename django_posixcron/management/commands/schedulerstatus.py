@@ -19,7 +19,7 @@ from django_posixcron.management.common import (
     add_database_option,
     check_migrated,
     command_alias,
-    non_negative_float,
+    max_lag,
     one_line,
 )
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -139,7 +139,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--max-lag",
-            type=non_negative_float,
+            type=max_lag,
             default=None,
             metavar="S",
             help="A task due more than S seconds ago is overdue (default: the poll interval).",
