@@ -124,7 +124,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def pause(self, now: dt.datetime | None = None) -> int:
         """Pause the tasks that are not paused yet; return how many were."""
-        return self.filter(paused=False).update(paused=True, updated_at=now or self._database_now())
+        return self.filter(paused=False).update(paused=True, updated_at=self._instant(now))
 
     def resume(self, now: dt.datetime | None = None) -> int:
         """Resume the paused tasks; return how many were paused.
@@ -134,12 +134,17 @@ class TaskQuerySet(models.QuerySet["Task"]):
         overdue is judged by, whatever the web host's clock says.
         """
         return self.filter(paused=True).update(
-            paused=False, paused_reason="", updated_at=now or self._database_now()
+            paused=False, paused_reason="", updated_at=self._instant(now)
         )
 
-    def _database_now(self) -> dt.datetime:
-        # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
-        return database_now(getattr(self, "_db", None) or router.db_for_write(self.model))
+    def _instant(self, now: dt.datetime | None) -> dt.datetime:
+        """Return `now`, an aware datetime, or by default the database's clock."""
+        if now is None:
+            # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
+            return database_now(getattr(self, "_db", None) or router.db_for_write(self.model))
+        if not isinstance(now, dt.datetime) or dj_timezone.is_naive(now):
+            raise TypeError(f"now must be an aware datetime, got {now!r}")
+        return now
 
     def request_run(self, now: dt.datetime | None = None) -> int:
         """Record a manual run request on each task; return how many had none pending; no
@@ -149,8 +154,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         a web host whose clock runs ahead cannot make the request wait, nor one behind make
         it fire before it was asked for.
         """
-        if now is None:
-            now = self._database_now()
+        now = self._instant(now)
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
         # the cursor is not overwritten with a stale due_at. A request still pending keeps
         # its instant: asking twice before a scheduler picks it up asks for one run, and
@@ -383,6 +387,11 @@ class Task(models.Model):
 
     def _row(self) -> TaskQuerySet:
         """Return this task's row on the database a save() of it would write to."""
+        if self.pk is None:
+            raise ValueError(
+                f"Task {self.name!r} is not saved: pause(), resume() and request_run() change "
+                "its row in the database; save it first (reconciling settings does)."
+            )
         alias = router.db_for_write(Task, instance=self)
         return Task.objects.db_manager(alias).filter(pk=self.pk)
 

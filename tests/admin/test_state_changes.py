@@ -94,3 +94,20 @@ def test_a_save_after_request_run_writes_a_cleared_request():
     task.run_requested_at = None
     task.save()
     assert Task.objects.get(pk=task.pk).run_requested_at is None
+
+
+@pytest.mark.parametrize("now", [dt.date(2026, 11, 27), dt.datetime(2026, 11, 27, 6, 0), "now"])
+@pytest.mark.parametrize("method", ["pause", "resume", "request_run"])
+def test_an_instant_that_is_not_an_aware_datetime_is_refused(method, now):
+    task = make_task(paused=method == "resume")
+    for target in (Task.objects.filter(pk=task.pk), task):
+        with pytest.raises(TypeError, match="now must be an aware datetime"):
+            getattr(target, method)(now=now)
+    task.refresh_from_db()
+    assert (task.paused, task.run_requested_at) == (method == "resume", None)
+
+
+@pytest.mark.parametrize("method", ["pause", "resume", "request_run"])
+def test_an_unsaved_task_says_so(method):
+    with pytest.raises(ValueError, match="Task 'draft' is not saved"):
+        getattr(Task(name="draft"), method)()
