@@ -62,6 +62,10 @@ def execute(run_id: int) -> None:
     Returns normally whatever the task code did: the outcome and its retry are ours to
     record, never the backend's.
     """
+    if not isinstance(run_id, int) or isinstance(run_id, bool):
+        # Only the scheduler enqueues this task, with the run's primary key; anything else
+        # was enqueued by hand, and must not be taken for another run (1.5 for run 1).
+        raise TypeError(f"execute_run takes a run's primary key (an int), got {run_id!r}")
     using = app_alias()
     run = Run.objects.using(using).select_related("task").filter(pk=run_id).first()
     if run is None:

@@ -89,6 +89,21 @@ def test_a_duplicate_delivery_runs_nothing_and_changes_nothing(world, caplog):
     assert "a duplicate delivery" in caplog.text
 
 
+@pytest.mark.parametrize("run_id", ["1", 1.5, None, True, [1]])
+def test_a_run_id_enqueued_by_hand_that_is_not_a_primary_key_is_refused(world, run_id):
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    run = only_run("export")
+    before = Run.objects.filter(pk=run.pk).values().get()
+
+    with pytest.raises(TypeError, match="execute_run takes a run's primary key"):
+        execute_run.call(run_id)
+
+    assert hits("export") == 0
+    assert Run.objects.filter(pk=run.pk).values().get() == before
+
+
 def test_queue_priority_and_backend_come_from_enqueue_or_the_top_level_default(world):
     world.settings(
         {
