@@ -47,6 +47,10 @@ WAIT_FLUSH_EVERY = 0.25
 # be gone and its outcome queued: the run's thread notices within a tenth of a second.
 STOP_SLACK = 2.0
 
+# An outcome whose task row another transaction holds this long is said in a WARNING; before,
+# it is a peer's claim or an admin's pause, let go in a moment.
+HELD_WARN_AFTER = 1.0
+
 
 @dataclasses.dataclass
 class InFlight:
@@ -74,9 +78,9 @@ class Runs:
         self.lock = threading.Lock()
         self.inflight: dict[int, InFlight] = {}
         self.outcomes: list[Outcome] = []
-        # Runs whose outcome was held back by rows locked elsewhere: how many times, and
-        # which were logged (once each).
-        self._held_times: dict[int, int] = {}
+        # Runs whose outcome is held back by rows locked elsewhere: since when (monotonic),
+        # and which were logged (once each).
+        self._held_since: dict[int, float] = {}
         self._held_logged: set[int] = set()
         # Set by the forced exit: from then on a returning run's outcome is not taken here,
         # the forced exit records what it holds and marks the rest interrupted.
@@ -375,14 +379,25 @@ class Runs:
         Behind the others queued, so a hundred held outcomes cannot keep every later one out
         of its batch; a task's outcomes keep their order, since its row holds them all. A row
         held for a moment (an admin's pause, a peer's claim of the next occurrence) is let go
-        by the next flush: only an outcome held twice is worth a WARNING.
+        by the next flushes (several schedulers claiming at a minute's boundary hold rows for
+        milliseconds, and a burst flushes that often): only an outcome held for
+        HELD_WARN_AFTER seconds is worth a WARNING.
         """
+        now = time.monotonic()
         with self.lock:
             self.outcomes.extend(held)
+            waiting = {o.run.pk for o in self.outcomes}
+        # Forget the runs recorded since: the two stay as small as what is held.
+        for pk in [pk for pk in self._held_since if pk not in waiting]:
+            del self._held_since[pk]
+            self._held_logged.discard(pk)
         for o in held:
-            self._held_times[o.run.pk] = self._held_times.get(o.run.pk, 0) + 1
+            self._held_since.setdefault(o.run.pk, now)
         new = [
-            o for o in held if self._held_times[o.run.pk] >= 2 and o.run.pk not in self._held_logged
+            o
+            for o in held
+            if now - self._held_since[o.run.pk] >= HELD_WARN_AFTER
+            and o.run.pk not in self._held_logged
         ]
         if new:
             self._held_logged.update(o.run.pk for o in new)
