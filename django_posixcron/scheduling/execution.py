@@ -99,10 +99,25 @@ class Runs:
         with self.lock:
             return len(self.outcomes)
 
-    def launch(self, run: Run, declaration: TaskDeclaration, now: dt.datetime) -> None:
+    def launch(
+        self,
+        run: Run,
+        declaration: TaskDeclaration,
+        now: dt.datetime,
+        claimed_monotonic: float | None = None,
+    ) -> None:
+        """Hand a claimed run to the executor.
+
+        `claimed_monotonic`: this host's monotonic clock when the claim was sent, the instant
+        `run.started_at` records. The run's end is counted from it, so that the commit and
+        the hand-off are not left out of its duration (its finish was recorded before the
+        callable had even started, for a quick one).
+        """
         assert run.started_at is not None
         timeout = run.task.timeout
         inflight = InFlight(run, declaration, run.started_at + timeout if timeout else None)
+        if claimed_monotonic is not None:
+            inflight.started_monotonic = claimed_monotonic
         with self.lock:
             self.inflight[run.pk] = inflight
         try:

@@ -421,6 +421,7 @@ class Scheduler:
             if handoff_only:
                 limit = self.batch_size
             if limit > 0:
+                claim_sent = time.monotonic()
                 started, result.skipped, claimed_at = self.claimer.claim(
                     None if by_db_clock else now, limit, self.process, handoff_only=handoff_only
                 )
@@ -438,7 +439,7 @@ class Scheduler:
                     if run.backend:  # handed off (or refused by its backend, and recorded)
                         result.queued.append(run)
                     else:
-                        self.runs.launch(run, declaration, now)
+                        self.runs.launch(run, declaration, now, claim_sent)
                         result.started.append(run)
         # Not when a task falls due within moments, nor after a claim (what it read is due).
         self.pruner.prune(now, result.next_due_at)

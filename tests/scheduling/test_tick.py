@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -577,3 +578,28 @@ def test_the_claimed_rows_carry_every_field_their_runs_read(
     assert Task.objects.get(name="flaky").paused
     assert failing == ["flaky"]
     assert loads == []
+
+
+def test_a_runs_duration_counts_from_its_claim_not_from_its_hand_off(
+    tasks, make_scheduler, monkeypatch
+):
+    # started_at is the claim's instant; the commit and the hand-off to a thread come after
+    # it. Counted from the hand-off, a quick run's recorded finish fell before its callable
+    # had even started.
+    tasks("quick", callable_path="tests.testapp.jobs.noop", next_run_at=T0)
+    scheduler = make_scheduler()
+    enqueue = scheduler.claimer.enqueue_after_commit
+
+    def slow_enqueue(*args: Any) -> Any:
+        time.sleep(0.3)  # the batch's handed-off runs going to a slow broker first
+        return enqueue(*args)
+
+    monkeypatch.setattr(scheduler.claimer, "enqueue_after_commit", slow_enqueue)
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(10)
+
+    run = Run.objects.get()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.started_at == T0
+    assert run.duration >= dt.timedelta(seconds=0.3)
+    assert run.finished_at == run.started_at + run.duration
