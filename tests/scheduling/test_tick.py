@@ -601,5 +601,6 @@ def test_a_runs_duration_counts_from_its_claim_not_from_its_hand_off(
     run = Run.objects.get()
     assert run.status == RunStatus.SUCCEEDED
     assert run.started_at == T0
+    assert run.duration is not None
     assert run.duration >= dt.timedelta(seconds=0.3)
     assert run.finished_at == run.started_at + run.duration
