@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import lru_cache
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_posixcron.cron import CronExpression
 
@@ -19,7 +19,13 @@ def expression(schedule: str) -> CronExpression:
 
 @lru_cache(maxsize=512)
 def zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
+    """Return the zone `name`; raise ZoneInfoNotFoundError or ValueError if none loads."""
+    try:
+        return ZoneInfo(name)
+    except OSError as exc:
+        # ZoneInfo raises IsADirectoryError for a directory of the zone files ('Europe'):
+        # a name that loads no zone all the same, which callers catch as ZoneInfo's own.
+        raise ZoneInfoNotFoundError(name) from exc
 
 
 def next_occurrence(schedule: str, tz: str, after: dt.datetime) -> dt.datetime:

@@ -7,6 +7,7 @@ processes.py  the scheduler processes
 display.py  times, durations and badges; the clock the admin reads
 filters.py  the list filters
 permissions.py  who may see the pages and post the actions
+lookups.py  ids and lookups taken from a request, refused when no database can run them
 """
 
 from django_posixcron.admin.processes import SchedulerProcessAdmin

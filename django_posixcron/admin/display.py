@@ -65,8 +65,9 @@ def in_zone(value: dt.datetime, tz: str) -> str:
     """Return `value` as wall-clock time in zone `tz`, with the zone's abbreviation."""
     try:
         local = timezone.localtime(value, zone(tz))
-    except (ValueError, LookupError):
-        # A retired task may carry a zone this Python no longer knows; UTC still says when.
+    except (ValueError, LookupError, OverflowError):
+        # A retired task may carry a zone this Python no longer knows, and the last hours of
+        # year 9999 have no wall-clock time east of UTC; UTC still says when.
         local = timezone.localtime(value, dt.UTC)
     # Cron occurrences fall on whole minutes; retries and manual runs do not, and "15:15"
     # for a run 20 s after the 15:15 failure it retries would hide what happened.

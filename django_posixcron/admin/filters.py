@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import STATE_LABELS, clock, poll_interval
+from django_posixcron.admin.lookups import as_pk
 from django_posixcron.db import app_alias
 from django_posixcron.models import RunStatus, Task, TaskQuerySet
 
@@ -95,15 +96,16 @@ class RunTaskFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, Any]]:
         tasks = Task.objects.using(app_alias())
         choices = list(tasks.order_by("name").values_list("pk", "name")[:TASK_FILTER_CHOICES])
-        value = self.value()
-        if value and value.isdigit() and all(str(pk) != value for pk, _name in choices):
-            choices += list(tasks.filter(pk=int(value)).values_list("pk", "name"))
+        selected = as_pk(self.value() or "")
+        if selected is not None and all(pk != selected for pk, _name in choices):
+            choices += list(tasks.filter(pk=selected).values_list("pk", "name"))
         return [(str(pk), name) for pk, name in choices]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        task_id = as_pk(value)
+        if task_id is None:
             raise IncorrectLookupParameters(value)
-        return queryset.filter(task_id=int(value))
+        return queryset.filter(task_id=task_id)

@@ -1,14 +1,16 @@
-"""Who may see what: each page behind its own view permission."""
+"""Who may see what: each page behind its own view permission; which list actions may run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.admin import ModelAdmin
+from django.contrib.admin import ModelAdmin, helpers
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import Model
 from django.http import HttpRequest
+
+from django_posixcron.admin.lookups import as_pk
 
 
 def can_view(request: HttpRequest, model: type[Model]) -> bool:
@@ -22,11 +24,13 @@ def can_view(request: HttpRequest, model: type[Model]) -> bool:
     return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('view', opts)}")
 
 
-def refuse_actions_not_offered(model_admin: ModelAdmin[Any], request: HttpRequest) -> None:
-    """Raise PermissionDenied for a list action posted by a user it is not offered to.
+def refuse_bad_actions(model_admin: ModelAdmin[Any], request: HttpRequest) -> None:
+    """Raise PermissionDenied for a list action posted by a user it is not offered to, and
+    BadRequest for a selection that is not ids.
 
-    Django's own answer is the list again, at most with "No action selected.": a user who
-    posts pause or delete without the permission is told plainly, as the buttons do.
+    Django's own answer to the first is the list again, at most with "No action selected.": a
+    user who posts pause or delete without the permission is told plainly, as the buttons do.
+    To the second it is a 500, from the query that filters by the selection.
     """
     if request.method != "POST":
         return
@@ -35,3 +39,5 @@ def refuse_actions_not_offered(model_admin: ModelAdmin[Any], request: HttpReques
     declared |= {name for name, _ in model_admin.admin_site.actions}  # delete_selected
     if chosen & (declared - set(model_admin.get_actions(request))):
         raise PermissionDenied
+    if any(as_pk(pk) is None for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)):
+        raise BadRequest("The selection holds a value that is not an id.")

@@ -25,7 +25,8 @@ from django_posixcron.admin.display import (
     status_badge,
 )
 from django_posixcron.admin.filters import RunTaskFilter
-from django_posixcron.admin.permissions import can_view, refuse_actions_not_offered
+from django_posixcron.admin.lookups import checked_changelist
+from django_posixcron.admin.permissions import can_view, refuse_bad_actions
 from django_posixcron.db import app_alias
 from django_posixcron.models import UNFINISHED_STATUSES, Run
 
@@ -208,10 +209,13 @@ class RunAdmin(RunAdminBase):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        return checked_changelist(request, super().get_changelist_instance)
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refuse_actions_not_offered(self, request)
+        refuse_bad_actions(self, request)
         return super().changelist_view(request, extra_context)
 
     def has_view_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:

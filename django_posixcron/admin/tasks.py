@@ -21,7 +21,8 @@ from django_posixcron.admin import display, history
 from django_posixcron.admin.actions import TaskStateActions
 from django_posixcron.admin.display import badge, dash, muted, row_clock, when
 from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
-from django_posixcron.admin.permissions import can_view, refuse_actions_not_offered
+from django_posixcron.admin.lookups import checked_changelist
+from django_posixcron.admin.permissions import can_view, refuse_bad_actions
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -285,7 +286,7 @@ class TaskAdmin(TaskStateActions):
     # The list page ---------------------------------------------------------------------
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
-        changelist = super().get_changelist_instance(request)
+        changelist = checked_changelist(request, super().get_changelist_instance)
         # One query for the strips of the whole page, whatever its size; the list keeps
         # the evaluated rows, so the attributes set here are the ones it renders.
         page = list(changelist.result_list)
@@ -302,7 +303,7 @@ class TaskAdmin(TaskStateActions):
     ) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied  # before the header's queries, as Django's own view would
-        refuse_actions_not_offered(self, request)
+        refuse_bad_actions(self, request)
         now = display.clock()
         using = app_alias()
         live = SchedulerProcess.objects.using(using).live(now, display.process_stale_after())

@@ -112,6 +112,14 @@ def test_bad_task_filter_value_is_not_a_crash(superuser):
     assert "e=1" in response["Location"]
 
 
+@pytest.mark.parametrize("value", ["²", "-", "1.5", str(2**63), "9" * 5000])
+def test_a_task_filter_value_that_is_no_id_is_not_a_crash(superuser, value):
+    make_run(make_task())
+    response = client_for(superuser).get(LIST, {"task": value})
+    assert response.status_code == 302
+    assert "e=1" in response["Location"]
+
+
 def test_date_hierarchy(superuser):
     task = make_task()
     make_run(task, started_at=dt.datetime(2030, 1, 7, 3, 15, tzinfo=dt.UTC))
@@ -121,6 +129,50 @@ def test_date_hierarchy(superuser):
     assert response.status_code == 200
     assert len(response.context["cl"].result_list) == 1
     assert "scheduled_for__year=2030" in client.get(LIST).content.decode()
+
+
+@pytest.mark.parametrize(
+    "instants",
+    [
+        [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC)],
+        [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(9999, 1, 1, tzinfo=dt.UTC)],
+        [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(2030, 1, 7, tzinfo=dt.UTC)],
+        [dt.datetime(1, 1, 1, tzinfo=dt.UTC), dt.datetime(2030, 1, 7, tzinfo=dt.UTC)],
+    ],
+)
+def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, instants):
+    task = make_task()
+    for instant in instants:
+        make_run(task, started_at=instant)
+    response = client_for(superuser).get(LIST)
+    assert response.status_code == 200
+    html = response.content.decode()
+    years = sorted({instant.year for instant in instants})
+    if len(years) > 1:
+        for year in years:
+            assert f'scheduled_for__year={year}"' in html
+    elif len({instant.month for instant in instants}) > 1:
+        assert "scheduled_for__month=12" in html
+    else:
+        assert "scheduled_for__day=31" in html
+
+
+def test_the_date_hierarchy_asks_no_more_for_a_longer_span(superuser):
+    task = make_task()
+    client = client_for(superuser)
+    make_run(task, started_at=dt.datetime(2029, 6, 1, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2030, 6, 1, tzinfo=dt.UTC))
+    client.get(LIST)
+    with CaptureQueriesContext(connection) as adjacent:
+        client.get(LIST)
+    # Two thousand years apart: the years between hold nothing, and are not each asked.
+    Run.objects.filter(started_at__year=2029).update(
+        scheduled_for=dt.datetime(1, 6, 1, tzinfo=dt.UTC)
+    )
+    with CaptureQueriesContext(connection) as apart:
+        response = client.get(LIST)
+    assert 'href="?scheduled_for__year=1"' in response.content.decode()
+    assert len(apart) == len(adjacent)
 
 
 def test_failed_run_shows_error_and_traceback_escaped(superuser):

@@ -284,6 +284,24 @@ def test_task_page_survives_a_schedule_the_engine_rejects(superuser):
     assert client_for(superuser).get(LIST).status_code == 200
 
 
+@pytest.mark.parametrize("zone", ["Europe", "No/Such_Zone", "../zoneinfo"])
+def test_pages_survive_a_stored_zone_this_python_cannot_load(superuser, zone):
+    # 'Europe' names a directory of the zone files: ZoneInfo raises IsADirectoryError.
+    task = make_task(name="elsewhere", timezone=zone, declared=False)
+    run = make_run(task, started_at=dt.datetime(2030, 1, 7, 3, 15, tzinfo=dt.UTC))
+    client = client_for(superuser)
+    for url in (
+        LIST,
+        change_url(task),
+        reverse("admin:django_posixcron_run_changelist"),
+        reverse("admin:django_posixcron_run_change", args=[run.pk]),
+    ):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        # Times fall back to UTC, which still says when.
+        assert "2030-01-07 03:15 UTC" in response.content.decode(), url
+
+
 # Pause, resume, run now: the views ---------------------------------------------------------
 
 

@@ -199,6 +199,25 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     assert len(queries) <= 2  # the first hundred, and the count past them
 
 
+@pytest.mark.parametrize("zone", ["Europe", "No/Such_Zone"])
+def test_the_start_up_summary_survives_a_stored_zone_this_host_cannot_load(posixcron, zone):
+    from django_posixcron.management.commands.runscheduler import Command
+    from django_posixcron.reconcile import reconcile
+    from django_posixcron.scheduler import Scheduler
+
+    posixcron({"elsewhere": {"schedule": "0 3 * * *", "callable": "tests.testapp.jobs.noop"}})
+    reconcile()
+    # Stored by a process whose zone files name a zone this host's lack.
+    due = dt.datetime(2030, 1, 7, 3, 0, tzinfo=dt.UTC)
+    Task.objects.update(timezone=zone, next_run_at=due, due_at=due)
+    scheduler = Scheduler(grace=0)
+    scheduler.start()
+    out = io.StringIO()
+    Command(stdout=out)._summary(scheduler, "the database")
+    scheduler.shutdown()
+    assert f"  elsewhere: 0 3 * * * -> next 2030-01-07T03:00:00+00:00 ({zone})" in out.getvalue()
+
+
 def test_the_schedulers_connections_get_timeouts_the_project_did_not_set(posixcron):
     # A database that stops answering must be an error the loop logs and backs off from,
     # not a silent wait on the socket: runscheduler gives its alias the timeouts the

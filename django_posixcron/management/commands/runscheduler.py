@@ -243,7 +243,12 @@ class Command(BaseCommand):
             elif due_at is None:
                 when = "not scheduled"
             else:
-                local = due_at.astimezone(zone(timezone)).isoformat(timespec="seconds")
+                try:
+                    local = due_at.astimezone(zone(timezone)).isoformat(timespec="seconds")
+                except (ValueError, LookupError):
+                    # A row another process's declarations stored may name a zone this
+                    # host's zone files lack: the start-up summary must not stop the start.
+                    local = due_at.isoformat(timespec="seconds")
                 # Back after downtime, a task's due time is behind: it fires now, once.
                 when = f"due now (since {local})" if due_at <= now else f"next {local}"
                 when += f" ({timezone})"
