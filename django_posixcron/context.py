@@ -32,9 +32,10 @@ class RunContext:
     attempt: int
 
     @classmethod
-    def of(cls, run: Run) -> RunContext:
-        """Return the context of a claimed run (its task loaded)."""
-        zone = zoneinfo.ZoneInfo(run.task.timezone)
+    def of(cls, run: Run, timezone: str | None = None) -> RunContext:
+        """Return the context of a claimed run (its task loaded), in `timezone`: the zone of
+        the declaration that runs it (the row's, by default)."""
+        zone = zoneinfo.ZoneInfo(timezone or run.task.timezone)
         occurrence = run.occurrence if run.occurrence is not None else run.scheduled_for
         return cls(
             task_name=run.task.name,

@@ -152,7 +152,7 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
     stopping: BaseException | None = None
     try:
         send_robust(run_started, run)
-        context = RunContext.of(run) if declaration.takes_context else None
+        context = RunContext.of(run, declaration.timezone) if declaration.takes_context else None
         args = () if context is None else (context,)
         # What runs is always resolved from settings, never from the stored path.
         refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))

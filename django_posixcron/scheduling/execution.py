@@ -160,8 +160,11 @@ class Runs:
             if ended:
                 raise TaskCodeError("Stopped before its code started.", "")
             # What runs is always resolved from settings, never from the stored path.
-            context = RunContext.of(run) if inflight.declaration.takes_context else None
-            self.executor.invoke(run.pk, inflight.declaration, context)
+            declaration = inflight.declaration
+            context = None
+            if declaration.takes_context:
+                context = RunContext.of(run, declaration.timezone)
+            self.executor.invoke(run.pk, declaration, context)
         except TaskCodeError as exc:
             status, error = RunStatus.FAILED, cap(exc.error)
             tb = cap(exc.remote_traceback, keep_tail=True)

@@ -9,7 +9,7 @@ import pytest
 
 from django_posixcron.context import RunContext
 from django_posixcron.executors import ProcessExecutor
-from django_posixcron.models import Run, RunStatus, Trigger
+from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.harness.tasks import T0
 from tests.testapp.models import Hit
 
@@ -130,6 +130,26 @@ def test_a_manual_run_serves_its_request_instant(tasks, make_scheduler):
     [(_, trigger, attempt, scheduled_for, occurrence)] = contexts("ctx")
     assert (trigger, attempt) == ("manual", "1")
     assert scheduled_for == occurrence == "2030-01-07T11:00:07+01:00"
+
+
+def test_the_context_is_in_the_declarations_zone_whatever_the_row_says(tasks, make_scheduler):
+    # The row's zone edited by hand, its hash left as it was: what runs follows settings.
+    task = tasks(
+        "ctx",
+        schedule="0 3 * * *",
+        callable_path="tests.testapp.jobs.record_context",
+        timezone=ZONE,
+        takes_context=True,
+    )
+    Task.objects.filter(pk=task.pk).update(timezone="Mars/Olympus")
+    requested = T0 + dt.timedelta(seconds=7)
+    task.request_run(requested)
+    scheduler = make_scheduler()
+    scheduler.tick(requested)
+    assert scheduler.wait_idle(timeout=10)
+    assert Run.objects.get(task__name="ctx").status == RunStatus.SUCCEEDED
+    [(_, trigger, _, scheduled_for, _)] = contexts("ctx")
+    assert (trigger, scheduled_for) == ("manual", "2030-01-07T11:00:07+01:00")
 
 
 def test_a_task_without_takes_context_gets_none(tasks, make_scheduler):
