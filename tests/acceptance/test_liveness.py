@@ -7,10 +7,11 @@ import signal
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import Schedulers, only_on, record_task, task, utcnow
+from tests.harness.processes import Schedulers, only_on, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -153,29 +154,34 @@ def test_a_process_backing_off_keeps_beating(schedulers: Schedulers) -> None:
     """Item 9: heartbeats came from the tick, so a loop in back-off stopped beating.
 
     "The stale limit is longer than the loop's longest back-off", and the heartbeat does not
-    wait for the loop at all. Here every tick fails (a stored schedule the engine refuses),
-    so the loop backs off 0.5, 1, 2, 4, then 8 s; the process must keep beating meanwhile.
+    wait for the loop at all. Here every tick fails (the task table is gone, the process
+    table is not), so the loop backs off 0.5, 1, 2, 4, then 8 s; the process must keep
+    beating meanwhile.
     """
     schedulers.configure({"broken": record_task("broken")})
     (child,) = schedulers.start_live(1)
-    due = utcnow() - dt.timedelta(seconds=1)
-    # A cron occurrence is due, and moving its cursor on needs the (now refused) schedule.
-    Task.objects.filter(name="broken").update(schedule="61 * * * *", next_run_at=due, due_at=due)
-    schedulers.wait_for(
-        lambda: child.output().count("scheduler tick failed") >= 5,
-        timeout=20,
-        what="the loop to back off five times",
-    )
-    process = SchedulerProcess.objects.get(pid=child.pid)
-    backing_off_since = process.last_heartbeat_at
-    schedulers.wait_for(
-        lambda: (
-            SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
-            > backing_off_since + dt.timedelta(seconds=3)
-        ),
-        timeout=6,
-        what="heartbeats while the loop backs off for 8 s",
-    )
+    table = Task._meta.db_table
+    with connection.schema_editor() as editor:
+        editor.alter_db_table(Task, table, f"{table}_away")
+    try:
+        schedulers.wait_for(
+            lambda: child.output().count("database unavailable") >= 5,
+            timeout=20,
+            what="the loop to back off five times",
+        )
+        process = SchedulerProcess.objects.get(pid=child.pid)
+        backing_off_since = process.last_heartbeat_at
+        schedulers.wait_for(
+            lambda: (
+                SchedulerProcess.objects.get(pk=process.pk).last_heartbeat_at
+                > backing_off_since + dt.timedelta(seconds=3)
+            ),
+            timeout=6,
+            what="heartbeats while the loop backs off for 8 s",
+        )
+    finally:
+        with connection.schema_editor() as editor:
+            editor.alter_db_table(Task, f"{table}_away", table)
     schedulers.expect_exit(child)
     child.signal(signal.SIGTERM)
     assert child.wait(timeout=20) == 0, schedulers.outputs()
