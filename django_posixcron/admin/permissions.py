@@ -8,9 +8,9 @@ from django.contrib.admin import ModelAdmin, helpers
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import Model
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
-from django_posixcron.admin.lookups import as_pk
+from django_posixcron.admin.lookups import as_pk, checked_changelist
 
 
 def can_view(request: HttpRequest, model: type[Model]) -> bool:
@@ -41,3 +41,20 @@ def refuse_bad_actions(model_admin: ModelAdmin[Any], request: HttpRequest) -> No
         raise PermissionDenied
     if any(as_pk(pk) is None for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)):
         raise BadRequest("The selection holds a value that is not an id.")
+
+
+class Guarded(ModelAdmin):  # type: ignore[type-arg]
+    """The guards every list of the app shares: pages behind the view permission alone,
+    lookups a database cannot run answered with Django's "?e=1", actions checked first."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_view(request, self.model)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        return checked_changelist(request, super().get_changelist_instance)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refuse_bad_actions(self, request)
+        return super().changelist_view(request, extra_context)

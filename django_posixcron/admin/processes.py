@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import clock, process_stale_after
-from django_posixcron.admin.lookups import checked_changelist
-from django_posixcron.admin.permissions import can_view, refuse_bad_actions
+from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.models import SchedulerProcess
 
@@ -23,7 +22,7 @@ else:
 
 
 @admin.register(SchedulerProcess)
-class SchedulerProcessAdmin(ProcessAdminBase):
+class SchedulerProcessAdmin(Guarded, ProcessAdminBase):
     list_display = ("label", "version", "started_at", "last_heartbeat_at", "stopped_at")
     search_fields = ("hostname",)
     readonly_fields = (
@@ -47,20 +46,6 @@ class SchedulerProcessAdmin(ProcessAdminBase):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        return checked_changelist(request, super().get_changelist_instance)
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        refuse_bad_actions(self, request)
-        return super().changelist_view(request, extra_context)
-
-    def has_view_permission(
-        self, request: HttpRequest, obj: SchedulerProcess | None = None
-    ) -> bool:
-        return can_view(request, SchedulerProcess)
 
     def has_change_permission(
         self, request: HttpRequest, obj: SchedulerProcess | None = None

@@ -25,8 +25,7 @@ from django_posixcron.admin.display import (
     status_badge,
 )
 from django_posixcron.admin.filters import RunTaskFilter
-from django_posixcron.admin.lookups import checked_changelist
-from django_posixcron.admin.permissions import can_view, refuse_bad_actions
+from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.models import UNFINISHED_STATUSES, Run
 
@@ -59,7 +58,7 @@ class CappedPaginator(PaginatorBase):
 
 
 @admin.register(Run)
-class RunAdmin(RunAdminBase):
+class RunAdmin(Guarded, RunAdminBase):
     list_display = (
         "scheduled_for_display",
         "task_link",
@@ -208,18 +207,6 @@ class RunAdmin(RunAdminBase):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        return checked_changelist(request, super().get_changelist_instance)
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        refuse_bad_actions(self, request)
-        return super().changelist_view(request, extra_context)
-
-    def has_view_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
-        return can_view(request, Run)
 
     def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         # History is a record of what happened; only the scheduler writes it.
