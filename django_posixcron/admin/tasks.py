@@ -21,8 +21,7 @@ from django_posixcron.admin import display, history
 from django_posixcron.admin.actions import TaskStateActions
 from django_posixcron.admin.display import badge, dash, muted, row_clock, when
 from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, StateFilter
-from django_posixcron.admin.lookups import checked_changelist
-from django_posixcron.admin.permissions import can_view, refuse_bad_actions
+from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -61,7 +60,7 @@ STATE_FIELDS = (
 
 
 @admin.register(Task)
-class TaskAdmin(TaskStateActions):
+class TaskAdmin(Guarded, TaskStateActions):
     list_display = (
         "name",
         "schedule_display",
@@ -241,9 +240,6 @@ class TaskAdmin(TaskStateActions):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_view_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
-        return can_view(request, Task)
-
     def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         # Definitions come from settings; state changes go through the pause, resume and
         # run-now views, each behind its own permission.
@@ -286,7 +282,7 @@ class TaskAdmin(TaskStateActions):
     # The list page ---------------------------------------------------------------------
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
-        changelist = checked_changelist(request, super().get_changelist_instance)
+        changelist = super().get_changelist_instance(request)
         # One query for the strips of the whole page, whatever its size; the list keeps
         # the evaluated rows, so the attributes set here are the ones it renders.
         page = list(changelist.result_list)
@@ -303,7 +299,6 @@ class TaskAdmin(TaskStateActions):
     ) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied  # before the header's queries, as Django's own view would
-        refuse_bad_actions(self, request)
         now = display.clock()
         using = app_alias()
         live = SchedulerProcess.objects.using(using).live(now, display.process_stale_after())
