@@ -187,6 +187,14 @@ class TaskAdmin(Guarded, TaskStateActions):
                 display.in_zone(obj.retry_at, obj.timezone),
                 muted(gettext("on hold while paused")),
             )
+        if obj.declared and obj.next_run_at is not None and obj.next_run_at <= obj.retry_at:
+            # "When the next cron occurrence comes first, it fires first and consumes the
+            # retry": this one will not happen, the next run takes its place.
+            return format_html(
+                '<span class="posixcron-time">{}</span><br>{}',
+                display.in_zone(obj.retry_at, obj.timezone),
+                muted(gettext("replaced by the next run, which comes first")),
+            )
         return when(obj.retry_at, obj.timezone, row_clock(obj))
 
     @admin.display(description=_("last success"))

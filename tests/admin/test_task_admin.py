@@ -765,6 +765,24 @@ def test_a_paused_tasks_pending_retry_is_shown_on_hold(superuser):
     assert "5\xa0minutes ago" not in html
 
 
+def test_a_retry_the_next_cron_run_comes_before_is_shown_replaced(superuser):
+    now = timezone.now()
+    make_task(
+        name="hourly",
+        next_run_at=now + dt.timedelta(minutes=10),
+        retry_at=now + dt.timedelta(hours=3),
+    )
+    make_task(
+        name="soon",
+        next_run_at=now + dt.timedelta(hours=1),
+        retry_at=now + dt.timedelta(minutes=5),
+    )
+    html = client_for(superuser).get(LIST).content.decode()
+    assert html.count("replaced by the next run, which comes first") == 1
+    assert "in 2\xa0hours" not in html  # the replaced retry (in 3 hours) is not promised
+    assert "in 4\xa0minutes" in html or "in 5\xa0minutes" in html
+
+
 def test_a_run_started_seconds_ago_says_so(superuser):
     task = make_task(name="busy")
     make_run(task, status=RunStatus.RUNNING, started_at=timezone.now() - dt.timedelta(seconds=20))

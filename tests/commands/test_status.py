@@ -141,6 +141,26 @@ def test_a_failing_task_is_unhealthy_unless_ignored(now):
     assert "failing  broken" in out
 
 
+def test_a_retry_the_next_cron_run_comes_before_is_not_promised(now):
+    make_process(now)
+    make_task(
+        "hourly",
+        now,
+        last_run_status=RunStatus.FAILED,
+        last_run_finished_at=now - dt.timedelta(minutes=2),
+        next_run_at=now + dt.timedelta(minutes=10),
+        retry_at=now + dt.timedelta(hours=2),
+    )
+    code, out = status()
+    assert code == 1
+    assert "retry at" not in out
+    next_run = (now + dt.timedelta(minutes=10)).isoformat()
+    assert (
+        f"failing  hourly  last run failed 120.0 s ago, next run at {next_run} (before the retry)"
+        in out
+    )
+
+
 def test_a_task_paused_by_its_failures_says_so_instead_of_a_retry_time(now):
     make_process(now)
     reason = "Paused automatically after 2 failed runs in a row (pause_after_failures = 2)."

@@ -227,6 +227,9 @@ class Command(BaseCommand):
                 retry = f", paused: {task.paused_reason}" if task.paused_reason else ", paused"
             else:
                 retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
+                if task.retry_at and task.next_run_at and task.next_run_at <= task.retry_at:
+                    # The next cron occurrence comes first and consumes the retry.
+                    retry = f", next run at {task.next_run_at.isoformat()} (before the retry)"
             write(
                 f"  failing  {task.name}  last run {label} "
                 f"{_ago(now, task.last_run_finished_at)}{retry}"
