@@ -13,7 +13,7 @@ import weakref
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, router
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
 from django.db.models import DateTimeField, Func
 from django.utils import timezone as dj_timezone
 
@@ -23,6 +23,14 @@ UTC = dt.UTC
 # PostgreSQL's lock_not_available (lock_timeout); MySQL's ER_LOCK_WAIT_TIMEOUT.
 _PG_LOCK_NOT_AVAILABLE = "55P03"
 _MYSQL_LOCK_WAIT_TIMEOUT = 1205
+
+
+# MySQL and MariaDB errors that refuse a value sent (mysqlclient raises every server error it
+# does not classify as OperationalError): an incorrect string for the column's character set
+# (an emoji on a utf8mb3 connection or table), an invalid character, a mix of collations, an
+# incorrect date, invalid JSON, a failed CHECK constraint. Sending the same value again fails
+# the same way: they are not outages.
+_MYSQL_VALUE_REFUSED = frozenset({1267, 1270, 1271, 1292, 1300, 1366, 3140, 4025})
 
 
 class LockNotGranted(OperationalError):
@@ -40,6 +48,14 @@ def lock_not_granted(exc: BaseException) -> bool:
     if getattr(exc.__cause__, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
         return True
     return bool(exc.args) and exc.args[0] == _MYSQL_LOCK_WAIT_TIMEOUT
+
+
+def outage(exc: BaseException) -> bool:
+    """Whether `exc` says the database is away or failing, so that the same work is worth
+    trying again later, and not that it refused what was sent (which would fail forever)."""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    return not (exc.args and exc.args[0] in _MYSQL_VALUE_REFUSED)
 
 
 def app_alias(override: str | None = None) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_posixcron.context import RunContext
+from django_posixcron.db import outage
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling import rules
@@ -372,14 +373,17 @@ class Runs:
             held: list[Outcome] = []
             try:
                 write_outcomes(batch, self.using, self.notifier, held=held)
-            except (OperationalError, InterfaceError):
-                # The database is away: keep the outcomes for the tick that finds it back.
-                with self.lock:
-                    self.outcomes[:0] = batch
-                raise
-            except DatabaseError:
-                # Refused for what it holds, not for an outage: retrying the same batch would
-                # fail forever and stall the loop. Write the outcomes one at a time instead.
+            except Exception as exc:
+                if outage(exc):
+                    # The database is away: keep the outcomes for the tick that finds it back.
+                    with self.lock:
+                        self.outcomes[:0] = batch
+                    raise
+                # Refused for what it holds, not for an outage (a text the column's character
+                # set cannot store, a driver that cannot encode it): retrying the same batch
+                # would fail forever and stall the loop, and dropping it would leave its runs
+                # `running` until they were found lost and run again. Write the outcomes one
+                # at a time instead.
                 logger.exception(
                     "could not record a batch of %d outcomes; recording them one by one",
                     len(batch),
@@ -428,32 +432,50 @@ class Runs:
             )
 
     def _write_alone(self, outcome: Outcome) -> None:
-        """Record one outcome; if the database refuses its texts, record it without them."""
-        try:
-            write_outcomes([outcome], self.using, self.notifier)
-            return
-        except (OperationalError, InterfaceError):
-            self.queue(outcome)
-            raise
-        except DatabaseError as exc:
-            note = f"[the error text could not be stored: {describe_exception(exc)}]"
-            plain = dataclasses.replace(
+        """Record one outcome; if the database refuses its texts, record it with plainer ones.
+
+        First with the characters outside the Basic Multilingual Plane escaped (a utf8mb3
+        connection or table on MySQL refuses an emoji), then with the error alone, in ASCII.
+        """
+        refused: BaseException | None = None
+        for version in (outcome, *self._plainer(outcome)):
+            if refused is not None:
+                note = (
+                    "[the error text could not be stored as written: "
+                    f"{describe_exception(refused)}]"
+                )
+                version = dataclasses.replace(version, error=cap(note + "\n" + version.error))
+            try:
+                write_outcomes([version], self.using, self.notifier)
+                return
+            except Exception as exc:
+                if outage(exc):
+                    self.queue(version)
+                    raise
+                refused = refused or exc
+        # Dropping one outcome leaves its run `running` until this process stops (then it is
+        # marked lost); retrying it would stop every other outcome and claim instead.
+        logger.error(
+            "could not record the outcome of run %s (task %s, status %s); giving up on it: %s",
+            outcome.run.pk,
+            outcome.run.task.name,
+            outcome.status,
+            describe_exception(refused) if refused is not None else "",
+            extra={"action": "outcome_dropped", "run_id": outcome.run.pk},
+        )
+
+    @staticmethod
+    def _plainer(outcome: Outcome) -> list[Outcome]:
+        def escaped(text: str) -> str:
+            return "".join(c if c <= "\uffff" else f"\\U{ord(c):08x}" for c in text)
+
+        return [
+            dataclasses.replace(
                 outcome,
-                error=cap(note + "\n" + outcome.error.encode("ascii", "replace").decode()),
-                traceback="",
-            )
-        try:
-            write_outcomes([plain], self.using, self.notifier)
-        except (OperationalError, InterfaceError):
-            self.queue(plain)
-            raise
-        except DatabaseError:
-            # Dropping one outcome leaves its run `running` until this process stops (then it
-            # is marked lost); retrying it would stop every other outcome and claim instead.
-            logger.exception(
-                "could not record the outcome of run %s (task %s, status %s); giving up on it",
-                outcome.run.pk,
-                outcome.run.task.name,
-                outcome.status,
-                extra={"action": "outcome_dropped", "run_id": outcome.run.pk},
-            )
+                error=escaped(outcome.error),
+                traceback=cap(escaped(outcome.traceback), keep_tail=True),
+            ),
+            dataclasses.replace(
+                outcome, error=outcome.error.encode("ascii", "replace").decode(), traceback=""
+            ),
+        ]

@@ -32,6 +32,7 @@ from django_posixcron.db import (
     fast_timestamps,
     has_clock,
     lock_not_granted,
+    outage,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task, earliest
@@ -571,6 +572,8 @@ class Scheduler:
                 try:
                     result = prepare()
                 except (OperationalError, InterfaceError) as exc:
+                    if not outage(exc):
+                        raise  # refused what was sent: waiting would not change the answer
                     self._wake.clear()
                     self._wake.wait(self._back_off(exc))
                     continue

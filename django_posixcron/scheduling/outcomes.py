@@ -43,13 +43,19 @@ OUTCOME_BATCH = 200
 
 
 def cap(text: str, *, keep_tail: bool = False) -> str:
-    """Return text fit for the history table: capped in size, without NUL characters.
+    """Return text fit for the history table: capped in size, without NUL characters or lone
+    surrogates.
 
-    PostgreSQL text columns refuse NUL; an error message quoting binary data must not make
-    the outcome unwritable (and the scheduler retry it forever). With `keep_tail` (a
-    traceback), a text cut keeps its first frames and its tail; otherwise its start.
+    PostgreSQL text columns refuse NUL, and no driver encodes a lone surrogate; an error
+    message quoting binary data must not make the outcome unwritable (and the scheduler retry
+    it forever). With `keep_tail` (a traceback), a text cut keeps its first frames and its
+    tail; otherwise its start.
     """
     text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        # A lone surrogate (a file name or a program's output decoded with surrogateescape)
+        # cannot be encoded for any database: write it as its escape, "\udcff".
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= TEXT_LIMIT:
         return text
     marker = "\n[... truncated ...]\n"

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
@@ -274,6 +275,81 @@ def test_an_exception_whose_str_fails_is_still_recorded_as_a_failure(world):
     world.tick(T0 + HOUR)
     assert [r[1] for r in runs("odd")] == ["failed", "failed"]
     assert hits("fine") == 2
+
+
+def test_an_error_message_with_a_lone_surrogate_is_recorded_escaped(world):
+    # A file name decoded with surrogateescape: no driver encodes it. The batch it was in
+    # was dropped, its runs left `running` (then lost and run again).
+    world.settings(
+        {
+            "surrogate": job("surrogate", "raise_with_surrogate"),
+            "fine": record("fine", "0 * * * *"),
+        }
+    )
+    world.start(T0)
+    world.tick(T0)
+    bad = Run.objects.get(task__name="surrogate")
+    assert bad.status == "failed"
+    assert bad.error == "ValueError: cannot parse report-\\udcff.csv"
+    assert Run.objects.get(task__name="fine").status == "succeeded"
+    world.tick(T0 + HOUR)
+    assert [r[1] for r in runs("surrogate")] == ["failed", "failed"]
+    assert hits("fine") == 2
+
+
+@pytest.fixture
+def utf8mb3_error_columns():
+    """On MySQL, make the run's error and traceback columns utf8mb3 (a project whose tables
+    or connection use MySQL's 3-byte utf8, Django's default connection charset)."""
+    if connection.vendor != "mysql":
+        pytest.skip("MySQL's utf8mb3")
+    table = Run._meta.db_table
+
+    def columns(charset: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE {table} MODIFY error LONGTEXT CHARACTER SET {charset} NOT NULL, "
+                f"MODIFY traceback LONGTEXT CHARACTER SET {charset} NOT NULL"
+            )
+
+    columns("utf8mb3")
+    yield
+    columns("utf8mb4")
+
+
+def test_an_emoji_a_utf8mb3_column_refuses_is_recorded_escaped(world, utf8mb3_error_columns):
+    # MySQL refuses the text with error 1366, an OperationalError: it was taken for an outage,
+    # the batch kept and tried again forever, and nothing was claimed any more.
+    world.settings(
+        {
+            "emoji": job("emoji", "raise_with_emoji"),
+            "plain": job("plain", "raise_value_error"),
+            "fine": record("fine", "0 * * * *"),
+        }
+    )
+    world.start(T0)
+    world.tick(T0)
+    bad = Run.objects.get(task__name="emoji")
+    assert bad.status == "failed"
+    assert bad.error.startswith("[the error text could not be stored as written: ")
+    assert bad.error.endswith("\nValueError: deploy failed \\U0001f525")
+    assert "raise_with_emoji" in bad.traceback
+    assert Run.objects.get(task__name="plain").status == "failed"
+    assert Run.objects.get(task__name="fine").status == "succeeded"
+    world.tick(T0 + HOUR)
+    assert hits("fine") == 2
+    assert [r[1] for r in runs("emoji")] == ["failed", "failed"]
+
+
+def test_an_emoji_in_an_error_message_is_kept_where_the_column_stores_it(world):
+    if connection.vendor == "mysql" and "utf8mb4" not in connection.settings_dict.get(
+        "OPTIONS", {}
+    ).get("charset", ""):
+        pytest.skip("a utf8mb4 connection")
+    world.settings({"emoji": job("emoji", "raise_with_emoji")})
+    world.start(T0)
+    world.tick(T0)
+    assert Run.objects.get(task__name="emoji").error == "ValueError: deploy failed \U0001f525"
 
 
 def test_an_error_message_with_a_nul_character_does_not_stall_the_scheduler(world):

@@ -246,3 +246,35 @@ def test_the_schedulers_connections_get_timeouts_the_project_did_not_set(posixcr
         connection.close()
         options.clear()
         options.update(saved)
+
+
+def test_a_value_the_database_refuses_at_start_up_is_an_error_not_an_outage(posixcron):
+    # MySQL refuses an emoji in a utf8mb3 column with error 1366, an OperationalError: the
+    # start-up took it for an outage and waited for the database forever, logging
+    # "database unavailable".
+    if connection.vendor != "mysql":
+        pytest.skip("MySQL's utf8mb3")
+    table = Task._meta.db_table
+
+    def column(charset: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE {table} MODIFY description LONGTEXT CHARACTER SET {charset} "
+                "NOT NULL"
+            )
+
+    posixcron(
+        {
+            "emoji": {
+                "schedule": "0 4 * * *",
+                "callable": "tests.testapp.jobs.noop",
+                "description": "Deploy \U0001f680",
+            }
+        }
+    )
+    column("utf8mb3")
+    try:
+        with pytest.raises(CommandError, match=r"The database refused the start-up: .*1366"):
+            run("--once")
+    finally:
+        column("utf8mb4")

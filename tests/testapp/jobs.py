@@ -236,6 +236,19 @@ def raise_with_nul(task_name: str) -> None:
     raise ValueError("unexpected bytes b'\x00\x01' in response")
 
 
+def raise_with_surrogate(task_name: str) -> None:
+    """Fail quoting a file name decoded with surrogateescape: a lone surrogate, which no
+    database driver can encode."""
+    Hit.objects.create(task_name=task_name)
+    raise ValueError("cannot parse " + os.fsdecode(b"report-\xff.csv"))
+
+
+def raise_with_emoji(task_name: str) -> None:
+    """Fail with a character outside the Basic Multilingual Plane, which utf8mb3 refuses."""
+    Hit.objects.create(task_name=task_name)
+    raise ValueError("deploy failed \U0001f525")
+
+
 async def coroutine_job(task_name: str) -> None:
     Hit.objects.create(task_name=task_name)
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import with_connection_timeouts
+from django_posixcron.db import outage, with_connection_timeouts
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -189,7 +189,10 @@ class Command(BaseCommand):
             self._once(scheduler, prepare)
             return
         # A long-running scheduler started before its database (a host reboot) waits for it.
-        ready = scheduler.until_reachable(prepare)
+        try:
+            ready = scheduler.until_reachable(prepare)
+        except DatabaseError as exc:
+            raise CommandError(f"The database refused the start-up: {one_line(exc)}") from None
         if ready is None:
             return  # stopped by a signal while waiting
         self._summary(scheduler, ready)
@@ -201,7 +204,9 @@ class Command(BaseCommand):
         try:
             database = prepare()
         except (OperationalError, InterfaceError) as exc:
-            raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
+            if outage(exc):
+                raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
+            raise CommandError(f"The database refused the start-up: {one_line(exc)}") from None
         self._summary(scheduler, database)
         try:
             result = scheduler.run_once()
