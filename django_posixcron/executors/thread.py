@@ -182,7 +182,7 @@ class ThreadExecutor:
             finally:
                 # Each run ends with its thread's connections closed, so a long-lived
                 # scheduler never accumulates idle connections (or keeps a broken one).
-                connections.close_all()
+                close_connections(key)
                 self._returned(key)
             with self._cond:
                 # More threads than slots: one stood in for a stuck (timed-out) call. Shrink.
@@ -202,3 +202,30 @@ class ThreadExecutor:
             # A stuck call returning can give a slot back (see _free_slots).
             self._wakeup()
         self.release(key)
+
+
+def close_connections(key: int) -> None:
+    """Close this thread's connections, those a run left inside a transaction too.
+
+    Django closes a connection inside an atomic block only halfway (the block is still open,
+    the closed connection kept for it): a run that entered atomic() and never left it broke
+    every later run of the thread with "the connection is closed". Such a connection is
+    rolled back with its close and forgotten, so that the next run opens a new one.
+    """
+    for conn in connections.all(initialized_only=True):
+        left_open = conn.in_atomic_block
+        conn.close()
+        if left_open:
+            logger.warning(
+                "run %s left a transaction open on database %r (an atomic block it never "
+                "exited): what it wrote there was rolled back",
+                key,
+                conn.alias,
+                extra={"action": "transaction_left_open", "run_id": key},
+            )
+            # Out of the block it never left; connect() resets the rest of the transaction
+            # state when the next run asks for a connection.
+            conn.in_atomic_block = False
+            conn.closed_in_transaction = False
+            conn.connection = None
+

@@ -352,6 +352,28 @@ def test_an_emoji_in_an_error_message_is_kept_where_the_column_stores_it(world):
     assert Run.objects.get(task__name="emoji").error == "ValueError: deploy failed \U0001f525"
 
 
+def test_a_run_that_leaves_a_transaction_open_does_not_break_the_next_runs(world, caplog):
+    # Django closes a connection inside an atomic block only halfway: every later run on the
+    # thread failed with "the connection is closed" until the scheduler restarted.
+    world.settings(
+        {
+            "open": job("open", "leave_atomic_open"),
+            "fine": record("fine", "0 * * * *"),
+        },
+        CONCURRENCY=1,
+    )
+    world.start(T0)
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        for hour in (T0, T0 + HOUR):
+            world.tick(hour)  # one slot: one of the two runs
+            world.tick(hour + SECOND)  # then the other, on the same thread
+    assert [r[1] for r in runs("open")] == ["succeeded", "succeeded"]
+    assert [r[1] for r in runs("fine")] == ["succeeded", "succeeded"]
+    assert hits("fine") == 2
+    assert hits("open") == 0  # what it wrote inside the transaction was rolled back
+    assert "left a transaction open on database 'default'" in caplog.text
+
+
 def test_an_error_message_with_a_nul_character_does_not_stall_the_scheduler(world):
     world.settings({"binary": job("binary", "raise_with_nul"), "fine": record("fine", "0 * * * *")})
     world.start(T0)
