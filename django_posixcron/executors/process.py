@@ -10,6 +10,7 @@ unnoticed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import select
@@ -252,7 +253,7 @@ def child_main(lifeline_fd: int, result_fd: int) -> None:
     if pid == 0:
         lifeline.close()
         _run(result_fd, *payload)
-        return
+        _exit_after_run()
     os.close(result_fd)
     # Stopping is by signals to the group: the run gets them; its watcher outlives it so that
     # the scheduler, which waits on the watcher, sees the run's own end.
@@ -287,6 +288,24 @@ def _run(
         connections.close_all()
     results.send(message)
     results.close()
+
+
+def _exit_after_run() -> NoReturn:
+    """End the run's process once its callable has returned and the result is sent.
+
+    The atexit handlers run (logging's flush, an error tracker sending what the run
+    reported) and the standard streams are flushed, but threads the task left running are
+    not waited for, as the interpreter's own exit would: a non-daemon thread kept the process,
+    and with it the run, going after the callable had returned (recorded `timed_out` past the
+    timeout, its duration stretched, the next occurrence skipped meanwhile).
+    """
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
 
 def _watch(pid: int, lifeline_fd: int, scheduler_pid: int, key: int) -> int:

@@ -116,6 +116,26 @@ def test_a_stopped_run_is_recorded_ended_only_once_its_process_is_gone(
     assert run.duration >= dt.timedelta(seconds=1.5)  # it ended when its clean-up did
 
 
+def test_a_run_that_returned_ends_without_waiting_for_threads_it_left(
+    tasks, make_scheduler, tmp_path
+):
+    # The interpreter's exit joins non-daemon threads: the run went on after its callable
+    # had returned, and was recorded timed_out past its timeout (or its duration stretched).
+    tasks(
+        callable_path="tests.testapp.jobs.leave_thread_running",
+        kwargs={"directory": str(tmp_path), "seconds": 60},
+        timeout=10,
+    )
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=30)
+    run = Run.objects.get()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.duration is not None and run.duration < dt.timedelta(seconds=10)
+    # Its atexit handlers ran (an error tracker's flush, logging's).
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
 def test_a_task_may_use_multiprocessing_itself(tasks, make_scheduler, tmp_path):
     result = tmp_path / "result"
     tasks(callable_path="tests.testapp.jobs.uses_multiprocessing", kwargs={"path": str(result)})

@@ -257,6 +257,14 @@ def leave_atomic_open(task_name: str) -> None:
     Hit.objects.create(task_name=task_name)
 
 
+def leave_thread_running(directory: str, seconds: float, flag: str = "atexit") -> None:
+    """Return at once, leaving a non-daemon thread asleep; note when atexit handlers run."""
+    import atexit
+
+    atexit.register(lambda: (Path(directory) / flag).write_text("ran"))
+    threading.Thread(target=time.sleep, args=(seconds,), daemon=False).start()
+
+
 async def coroutine_job(task_name: str) -> None:
     Hit.objects.create(task_name=task_name)
 
