@@ -21,6 +21,12 @@ from django_posixcron.declarations.values import (
 # MySQL accept more.
 MAX_JSON_DEPTH = 31
 
+# The largest kwargs, as JSON, a task may declare. Reconciling writes a batch of tasks per
+# statement, and MariaDB/MySQL refuse a statement past max_allowed_packet (16 MiB by default
+# on MariaDB) by dropping the connection, which reads as an outage retried forever: a hundred
+# tasks at this size stay well inside it. Arguments this large belong in a file or a table.
+MAX_KWARGS_BYTES = 65_536
+
 JSON_HINT = (
     "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
     "arguments are stored in the database."
@@ -58,6 +64,14 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
             "refuse it)"
         )
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_KWARGS_BYTES:
+        detail = (
+            f"serialises to {size:,} bytes of JSON; at most {MAX_KWARGS_BYTES:,} are stored "
+            "(MariaDB and MySQL refuse larger statements by dropping the connection)"
+        )
+        hint = "Pass a reference instead (a file path, a table's key) and load the data there."
+        raise Invalid(E_KWARGS_JSON, Form.GOT, detail, hint)
     # Round-trip so that what is hashed and compared equals what the JSONField gives back
     # (tuples become lists).
     normalised: dict[str, Any] = json.loads(text)

@@ -228,4 +228,3 @@ def close_connections(key: int) -> None:
             conn.in_atomic_block = False
             conn.closed_in_transaction = False
             conn.connection = None
-

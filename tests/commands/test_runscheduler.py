@@ -259,8 +259,7 @@ def test_a_value_the_database_refuses_at_start_up_is_an_error_not_an_outage(posi
     def column(charset: str) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"ALTER TABLE {table} MODIFY description LONGTEXT CHARACTER SET {charset} "
-                "NOT NULL"
+                f"ALTER TABLE {table} MODIFY description LONGTEXT CHARACTER SET {charset} NOT NULL"
             )
 
     posixcron(

@@ -134,3 +134,27 @@ def test_kwargs_deeper_than_mariadb_stores_are_refused_with_their_depth(levels):
         "the database stores at most 31 (MariaDB's limit for JSON). Got {'label': "
     )
     assert hint.startswith("Flatten the arguments")
+
+
+def test_kwargs_past_the_size_a_statement_may_carry_are_refused_with_their_size():
+    # 20 MB of kwargs passed the checks; on MariaDB the reconcile's statement went past
+    # max_allowed_packet, the server dropped the connection, and the scheduler waited for a
+    # database that was there ("Server has gone away"), forever.
+    check_id, msg, hint = only_problem({"blob": "x" * 70_000})
+    assert check_id == "posixcron.E015"
+    assert msg.startswith(
+        f"{KWARGS} serialises to 70,012 bytes of JSON; at most 65,536 are stored (MariaDB "
+        "and MySQL refuse larger statements by dropping the connection). Got {'blob': "
+    )
+    assert hint.startswith("Pass a reference instead")
+
+
+@pytest.mark.django_db
+def test_kwargs_at_the_size_limit_are_stored_as_declared():
+    blob = "x" * (65_536 - len('{"label": ""}'))  # exactly the limit, as JSON
+    declarations, problems = collect(
+        {"TASKS": {"t": task(callable="tests.testapp.jobs.record", kwargs={"label": blob})}}
+    )
+    assert problems == []
+    reconcile(declarations=declarations)
+    assert Task.objects.get(name="t").kwargs == {"label": blob}
