@@ -13,7 +13,14 @@ import weakref
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connections,
+    router,
+)
 from django.db.models import DateTimeField, Func
 from django.utils import timezone as dj_timezone
 
@@ -48,6 +55,24 @@ def lock_not_granted(exc: BaseException) -> bool:
     if getattr(exc.__cause__, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
         return True
     return bool(exc.args) and exc.args[0] == _MYSQL_LOCK_WAIT_TIMEOUT
+
+
+# PostgreSQL's serialization_failure and deadlock_detected; MySQL's ER_LOCK_DEADLOCK.
+_PG_CONFLICTS = frozenset({"40001", "40P01"})
+_MYSQL_DEADLOCK = 1213
+
+
+def conflict(exc: BaseException) -> bool:
+    """Whether `exc` is the database turning a transaction away for a concurrent one (a
+    deadlock, a serialization failure under SERIALIZABLE, a lock not granted in time): it
+    answered, and the same work is worth trying again at once."""
+    if lock_not_granted(exc):
+        return True
+    if not isinstance(exc, DatabaseError):
+        return False
+    if getattr(exc.__cause__, "sqlstate", None) in _PG_CONFLICTS:
+        return True
+    return bool(exc.args) and exc.args[0] == _MYSQL_DEADLOCK
 
 
 def outage(exc: BaseException) -> bool:

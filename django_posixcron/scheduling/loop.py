@@ -28,6 +28,7 @@ from django.utils import timezone as dj_timezone
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     app_alias,
+    conflict,
     database_now,
     fast_timestamps,
     has_clock,
@@ -82,16 +83,22 @@ class Outage:
         """Count one more failure; log it; return how long to wait before the next try."""
         self.failures += 1
         delay = rules.back_off(self.failures)
-        if lock_not_granted(exc):
+        if conflict(exc):
             # The database answered: another process held a lock this one waited for (the
-            # reconcile lock, say). Not an outage: nobody's heartbeat was cut off.
+            # reconcile lock, say), or it turned this transaction away for a concurrent one
+            # (a deadlock; a serialization failure, under SERIALIZABLE). Not an outage:
+            # nobody's heartbeat was cut off, so judging the others is not put off either.
             if log:
+                granted = lock_not_granted(exc)
                 logger.warning(
-                    "a database lock was not granted in time (attempt %d), retrying in %.1f s: %s",
+                    "a database lock was not granted in time (attempt %d), retrying in %.1f s: %s"
+                    if granted
+                    else "the database turned a transaction away for a concurrent one "
+                    "(attempt %d), retrying in %.1f s: %s",
                     self.failures,
                     delay,
                     str(exc).strip() or type(exc).__name__,
-                    extra={"action": "db_lock_timeout"},
+                    extra={"action": "db_lock_timeout" if granted else "db_conflict"},
                 )
             return delay
         self.unreachable = True

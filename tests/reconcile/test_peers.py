@@ -189,3 +189,53 @@ def test_a_row_lock_not_granted_in_time_is_recognised(tasks):
     assert lock_not_granted(caught.value)
     assert not lock_not_granted(OperationalError("server closed the connection unexpectedly"))
     assert not lock_not_granted(ValueError("1205"))
+
+
+def test_a_deadlock_is_a_conflict_retried_at_once_not_an_outage(tasks, make_scheduler, caplog):
+    """A deadlock (a serialization failure under SERIALIZABLE alike) was logged as "database
+    unavailable" and put off judging other processes' runs lost for a stale limit and more,
+    each time: under steady contention, for as long as it lasted."""
+    import threading
+
+    from django.db import DatabaseError, connection, connections, transaction
+
+    from django_posixcron.db import conflict, outage
+
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("SQLite has no row locks")
+    tasks("one")
+    tasks("two")
+    both_locked = threading.Barrier(2, timeout=30)
+    caught: list[BaseException] = []
+
+    def lock_in_order(first: str, second: str) -> None:
+        try:
+            with transaction.atomic():
+                list(Task.objects.select_for_update().filter(name=first))
+                both_locked.wait()
+                list(Task.objects.select_for_update().filter(name=second))
+        except DatabaseError as exc:
+            caught.append(exc)
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                connections.close_all()
+
+    other = threading.Thread(target=lock_in_order, args=("two", "one"))
+    other.start()
+    lock_in_order("one", "two")
+    other.join(30)
+    assert len(caught) == 1, caught  # the database picked one victim
+    assert conflict(caught[0])
+    assert outage(caught[0])  # the work is worth trying again, as after an outage
+
+    scheduler = make_scheduler()
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    caplog.clear()
+    scheduler.outage.failed(caught[0])
+    assert [r.action for r in caplog.records] == ["db_conflict"]
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith("the database turned a transaction away for a concurrent one (attempt 1)")
+    )
+    assert scheduler.outage.may_judge_others()
