@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Exists, Model, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, Model, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -153,7 +153,7 @@ class Claimer:
         limit: int,
         process: SchedulerProcess,
         *,
-        handoff_only: bool = False,
+        slotless: bool = False,
     ) -> Claimed:
         """Claim up to `limit` due tasks in one transaction; return the runs to start, the
         skipped ones, and the instant the claim was judged at.
@@ -165,11 +165,16 @@ class Claimer:
 
         Runs of handed-off tasks come back `queued`, already enqueued when their backend
         stores jobs in our database; the caller enqueues the others after commit
-        (enqueue_after_commit). `handoff_only` claims only those tasks: every local slot is
-        busy, but workers elsewhere can take runs.
+        (enqueue_after_commit).
+
+        `slotless` claims only what needs no local slot, every one being busy: runs handed to
+        workers elsewhere, and the occurrences `overlap: skip` records as skipped because the
+        task's previous run is still going. Left for a free slot, such an occurrence was not
+        skipped on time but ran late once the previous run ended, and the occurrences in
+        between left no row at all.
         """
         with transaction.atomic(using=self.using):
-            locked = self._lock_due(now, limit, handoff_only)
+            locked = self._lock_due(now, limit, slotless)
             if now is None:
                 if not locked:
                     return Claimed([], [], None)
@@ -190,6 +195,8 @@ class Claimer:
                     *self.plan(task, declaration, now, process, overlapping=task.pk in busy),
                 )
                 for task, declaration in claimable
+                # Without a slot, only a skip or a hand-off (what the locking read chose).
+                if not slotless or task.pk in busy or declaration.enqueue
             ]
             for _, declaration, _, run in planned:
                 if run is not None and run.status == RunStatus.RUNNING and declaration.enqueue:
@@ -223,12 +230,13 @@ class Claimer:
                 claimable.append((task, declaration))
         return claimable
 
-    def _lock_due(self, now: dt.datetime | None, limit: int, handoff_only: bool) -> list[Task]:
+    def _lock_due(self, now: dt.datetime | None, limit: int, slotless: bool) -> list[Task]:
         """Lock up to `limit` tasks due at `now` (None: by the database's clock, each row with
         it as `db_now`), skipping rows another process holds, each with `busy`: whether it
-        has an unfinished run. One statement, compiled once per shape."""
+        has an unfinished run. `slotless`: only handed-off tasks and `overlap: skip` ones with
+        an unfinished run. One statement, compiled once per shape."""
         excluded = tuple(sorted(self.mismatched))
-        names = tuple(self.handoff_names) if handoff_only else ()
+        names = tuple(self.handoff_names)
 
         def build(**at: dt.datetime) -> QuerySet[Any]:
             query = Task.objects.using(self.using).select_for_update(skip_locked=True)
@@ -240,16 +248,22 @@ class Claimer:
                 query = query.due(at["now"])
             if excluded:
                 query = query.exclude(pk__in=list(excluded))
-            if names:
-                query = query.filter(name__in=list(names))
+            if slotless:
+                # The unfinished runs are few (at most the fleet's slots and the queued runs)
+                # and indexed: the database can start from them, not from every due task.
+                going = Run.objects.using(self.using).unfinished().values("task_id")
+                needs_no_slot = Q(overlap=Overlap.SKIP, pk__in=going)
+                if names:
+                    needs_no_slot |= Q(name__in=list(names))
+                query = query.filter(needs_no_slot)
             unfinished = Run.objects.using(self.using).unfinished().filter(task=OuterRef("pk"))
             locked: QuerySet[Any] = query.annotate(busy=Exists(unfinished)).order_by("due_at")
             return locked[:limit]
 
         if now is None:
-            key = ("claim by the database clock", excluded, names, limit)
+            key = ("claim by the database clock", excluded, names, slotless, limit)
             return self.queries.get(key, build).instances(Task)
-        key = ("claim", excluded, names, limit)
+        key = ("claim", excluded, names, slotless, limit)
         return self.queries.get(key, build, ["now"]).instances(Task, now=now)
 
     def _note_mismatch(self, task: Task, declaration: TaskDeclaration | None) -> None:

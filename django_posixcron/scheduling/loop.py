@@ -412,7 +412,7 @@ class Scheduler:
         if peeked.overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
-        handoff_only = False
+        slotless = False
         # A task that falls due within the peek's own round trip is due by the time a claim
         # reaches the database: claimed now, by the database's clock, instead of after
         # another peek (a millisecond of a firing's latency). Never before its due time.
@@ -424,14 +424,15 @@ class Scheduler:
         if due:
             free = self.executor.free_slots()
             limit = min(self.batch_size, free)
-            # Every local slot busy: runs handed to workers elsewhere can still be claimed.
-            handoff_only = limit == 0 and bool(self.claimer.handoff_names)
-            if handoff_only:
+            # Every local slot busy: runs handed to workers elsewhere can still be claimed, and
+            # occurrences skipped because their task's previous run is still going.
+            slotless = limit == 0
+            if slotless:
                 limit = self.batch_size
             if limit > 0:
                 claim_sent = time.monotonic()
                 started, result.skipped, claimed_at = self.claimer.claim(
-                    None if by_db_clock else now, limit, self.process, handoff_only=handoff_only
+                    None if by_db_clock else now, limit, self.process, slotless=slotless
                 )
                 if claimed_at is not None:
                     now = result.now = claimed_at
@@ -452,9 +453,9 @@ class Scheduler:
         # Not when a task falls due within moments, nor after a claim (what it read is due).
         self.pruner.prune(now, result.next_due_at)
         claimed = bool(result.claimed)
-        self._burst = not handoff_only and limit > 0 and len(result.claimed) >= limit
+        self._burst = not slotless and limit > 0 and len(result.claimed) >= limit
         result.left_due = due and (free == 0 or len(result.claimed) >= limit)
-        if handoff_only and not claimed:
+        if slotless and not claimed:
             # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
             limit = 0
         wait = rules.wake_in(now, self.heartbeat_every, result.next_due_at, limit, claimed)

@@ -122,6 +122,30 @@ def test_overlap_skip_records_a_skipped_run_and_allow_runs_concurrently(world):
     assert task("skipper").retry_at is None
 
 
+def test_overlap_skip_records_the_skip_on_time_when_every_slot_is_busy(world):
+    # The claim took only as many tasks as there were free slots, before deciding overlap:
+    # with the slot taken by the task's own run, the next occurrence was not skipped but ran
+    # late, once the run ended, and the occurrences in between left no row at all.
+    close_gate("slow")
+    world.settings(
+        {"slow": job("slow", "wait_for_gate", overlap="skip")},
+        CONCURRENCY=1,
+    )
+    world.start(T0)
+    world.tick(T0, wait=False)
+    world.tick(T0 + HOUR, wait=False)
+    world.tick(T0 + 2 * HOUR, wait=False)
+    assert [r[:3] for r in runs("slow")] == [
+        ("cron", "running", T0),
+        ("cron", "skipped", T0 + HOUR),
+        ("cron", "skipped", T0 + 2 * HOUR),
+    ]
+    open_gate("slow")
+    assert world.scheduler.wait_idle(timeout=15)
+    world.tick(T0 + 3 * HOUR)
+    assert [r[1:3] for r in runs("slow")][-1] == ("succeeded", T0 + 3 * HOUR)
+
+
 def test_a_manual_request_fires_as_manual_at_the_next_tick(world):
     world.settings({"yearly": record("yearly", "0 0 1 1 *")})
     world.start(T0)
