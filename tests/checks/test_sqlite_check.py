@@ -60,3 +60,18 @@ def test_the_registered_check_reads_the_database_tasks_are_written_to():
 def test_the_warning_is_documented():
     text = (Path(__file__).parents[2] / "docs" / "settings.rst").read_text("utf-8")
     assert "posixcron.W001" in text
+
+
+def test_runscheduler_warns_for_the_alias_database_names(tmp_path, monkeypatch):
+    # The checks judge the alias the routers choose; `--database lite` ran the scheduler on a
+    # deferred SQLite database without a word.
+    from tests.harness.processes import runscheduler_with
+
+    monkeypatch.setenv("POSIXCRON_LITE_DB", str(tmp_path / "lite.sqlite3"))
+    proc = runscheduler_with("tests.checks.second_sqlite_settings", "--database", "lite", "--check")
+    assert (
+        "WARNING: (posixcron.W001) settings.DATABASES['lite']['OPTIONS']['transaction_mode'] "
+        "is not set" in proc.stderr
+    )
+    # The database named has no tables: the usual answer follows the warning.
+    assert "lacks django_posixcron migrations" in proc.stderr

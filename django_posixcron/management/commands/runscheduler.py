@@ -140,6 +140,9 @@ class Command(BaseCommand):
             check_frequency(declarations, options["poll_interval"])
 
         using = command_alias(options["database"])
+        if options["database"] and using != command_alias(None):
+            # The checks above judged the routers' alias; this process uses another.
+            self._warn_sqlite_deferred(using)
         # Before the first connection: a database that stops answering is then an error.
         with_connection_timeouts(using)
         if options["check"]:
@@ -197,6 +200,17 @@ class Command(BaseCommand):
             return  # stopped by a signal while waiting
         self._summary(scheduler, ready)
         scheduler.run()
+
+    def _warn_sqlite_deferred(self, using: str) -> None:
+        from django.conf import settings
+
+        from django_posixcron.checks import sqlite_transaction_mode_warnings
+
+        for warning in sqlite_transaction_mode_warnings(using, settings.DATABASES[using]):
+            self.stderr.write(
+                f"WARNING: ({warning.id}) {warning.msg}\n\tHINT: {warning.hint}",
+                self.style.WARNING,
+            )
 
     def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
         """Tick once, wait for its runs, and say how it went (for system cron)."""
