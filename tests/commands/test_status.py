@@ -367,3 +367,18 @@ def test_the_problem_line_names_the_most_overdue_tasks(now):
 
     assert code == 1
     assert "7 overdue task(s): late-7, late-6, late-5, late-4, late-3 and 2 more" in out
+
+
+def test_without_use_tz_it_says_so_instead_of_reading_naive_times(now, settings):
+    # It skips the system checks (to answer while a deploy broke them), so E025 never showed:
+    # it printed naive times and judged overdue tasks by them.
+    make_process(now)
+    settings.USE_TZ = False
+    code, out = status()
+    assert code == 1
+    assert "requires USE_TZ = True (posixcron.E025)" in out
+    code, out = status("--json")
+    assert code == 1
+    answer = json.loads(out.split("\nerror: ")[0])
+    assert answer["healthy"] is False
+    assert "USE_TZ" in answer["problems"][0]

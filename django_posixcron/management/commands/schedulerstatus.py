@@ -9,6 +9,7 @@ import json
 import socket
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -183,6 +184,14 @@ class Command(BaseCommand):
             raise CommandError("; ".join(status.problems), returncode=1)
 
     def _status(self, options: dict[str, Any]) -> Status:
+        if not getattr(settings, "USE_TZ", False):
+            # It skips the system checks, which say the same (posixcron.E025): without it
+            # every instant below would be read as naive.
+            raise CommandError(
+                "django-posixcron requires USE_TZ = True (posixcron.E025): the stored times "
+                "are UTC instants.",
+                returncode=1,
+            )
         poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
         using = command_alias(options["database"])
