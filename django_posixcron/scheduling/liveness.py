@@ -154,6 +154,12 @@ class Heartbeat(Periodic):
                 except DatabaseError as exc:
                     self._failed(exc)
                 else:
+                    if self._failing:
+                        # Said, as its failure was: a log that shows only the failure
+                        # leaves the reader guessing whether the process is alive.
+                        logger.warning(
+                            "heartbeat written again", extra={"action": "heartbeat_recovered"}
+                        )
                     self._failing = False
         finally:
             connections.close_all()

@@ -228,3 +228,38 @@ def test_locked_rows_skips_a_row_another_transaction_holds() -> None:
     with task_row_held(name="held"), transaction.atomic():
         got = locked_rows(Task, [held.pk, free.pk], ["pk"], "default", skip_locked=True)
     assert got == [{"pk": free.pk}]
+
+
+def test_the_heartbeat_says_when_it_beats_again_after_failing(caplog) -> None:
+    # It logged each failure and never its recovery: a log of "heartbeat failed" lines left
+    # the reader guessing whether the process was alive.
+    import logging
+
+    from django.db import OperationalError
+
+    from tests.harness.waiting import wait_until
+
+    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    heartbeat = Heartbeat("default", process, every=0.02, running=list)
+    real_beat, failures = heartbeat.beat, [OperationalError("server closed the connection")] * 2
+
+    def beat(now: dt.datetime | None = None) -> None:
+        if failures:
+            raise failures.pop()
+        real_beat(now)
+
+    heartbeat.beat = beat  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    heartbeat.start()
+    try:
+        wait_until(
+            lambda: any(getattr(r, "action", "") == "heartbeat_recovered" for r in caplog.records),
+            10,
+            "the heartbeat to say it beats again",
+        )
+    finally:
+        heartbeat.stop()
+    actions = [getattr(r, "action", "") for r in caplog.records]
+    assert actions.count("heartbeat_error") == 1
+    assert actions.count("heartbeat_recovered") == 1
+    assert actions.index("heartbeat_error") < actions.index("heartbeat_recovered")
