@@ -25,6 +25,7 @@ from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.scheduling.rules import retry_replaced
 from django_posixcron.timing import occurrences
 
 NEXT_OCCURRENCES = 5
@@ -187,9 +188,10 @@ class TaskAdmin(Guarded, TaskStateActions):
                 display.in_zone(obj.retry_at, obj.timezone),
                 muted(gettext("on hold while paused")),
             )
-        if obj.declared and obj.next_run_at is not None and obj.next_run_at <= obj.retry_at:
+        if obj.declared and retry_replaced(obj.retry_at, obj.next_run_at, obj.run_requested_at):
             # "When the next cron occurrence comes first, it fires first and consumes the
-            # retry": this one will not happen, the next run takes its place.
+            # retry" (a requested run too): this one will not happen, the next run takes its
+            # place.
             return format_html(
                 '<span class="posixcron-time">{}</span><br>{}',
                 display.in_zone(obj.retry_at, obj.timezone),

@@ -112,6 +112,14 @@ def after_claim(
     return Claimed(changes, trigger, scheduled_for, skipped=decided is not None and overlapping)
 
 
+def retry_replaced(
+    retry_at: dt.datetime, next_run_at: dt.datetime | None, run_requested_at: dt.datetime | None
+) -> bool:
+    """Whether a pending retry will never run: a run comes first and consumes it (the next cron
+    occurrence, or a requested run), as after_claim() does."""
+    return any(at is not None and at <= retry_at for at in (next_run_at, run_requested_at))
+
+
 def attempt_of(
     trigger: str,
     scheduled_for: dt.datetime,

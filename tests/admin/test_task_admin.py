@@ -131,11 +131,18 @@ def test_list_sorts_by_next_run(superuser):
 
 def test_list_shows_pending_retry_and_run_request(superuser):
     now = timezone.now()
-    task = make_task(name="retrying", retry_at=now + dt.timedelta(minutes=5, seconds=30))
-    task.request_run(now)
+    task = make_task(
+        name="retrying",
+        retry_at=now + dt.timedelta(minutes=5, seconds=30),
+        next_run_at=now + dt.timedelta(hours=1),
+    )
     html = client_for(superuser).get(LIST).content.decode()
     assert "in 5\xa0minutes" in html
+    task.request_run(now)
+    html = client_for(superuser).get(LIST).content.decode()
     assert "run requested now" in html
+    # The requested run comes first and consumes the retry.
+    assert "replaced by the next run, which comes first" in html
 
 
 def _seed(count: int) -> None:

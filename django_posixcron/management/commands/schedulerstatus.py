@@ -23,8 +23,8 @@ from django_posixcron.management.common import (
     max_lag,
     one_line,
 )
-from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from django_posixcron.scheduling.rules import stale_after
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, earliest
+from django_posixcron.scheduling.rules import retry_replaced, stale_after
 
 UTC = dt.UTC
 # Runs of a kind listed by name; the rest are counted.
@@ -236,9 +236,14 @@ class Command(BaseCommand):
                 retry = f", paused: {task.paused_reason}" if task.paused_reason else ", paused"
             else:
                 retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
-                if task.retry_at and task.next_run_at and task.next_run_at <= task.retry_at:
-                    # The next cron occurrence comes first and consumes the retry.
-                    retry = f", next run at {task.next_run_at.isoformat()} (before the retry)"
+                if task.retry_at and retry_replaced(
+                    task.retry_at, task.next_run_at, task.run_requested_at
+                ):
+                    # The next cron occurrence (or a requested run) comes first and consumes
+                    # the retry.
+                    first = earliest(task.next_run_at, task.run_requested_at)
+                    assert first is not None
+                    retry = f", next run at {first.isoformat()} (before the retry)"
             write(
                 f"  failing  {task.name}  last run {label} "
                 f"{_ago(now, task.last_run_finished_at)}{retry}"
