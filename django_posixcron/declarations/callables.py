@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -49,6 +50,9 @@ def callable_path(value: object, path: KeyPath) -> str:
     except KeyboardInterrupt:
         raise  # Ctrl-C while the checks import: the user's, not the module's
     except BaseException as error:
+        nested = _attribute_of_attribute(value, error)
+        if nested is not None:
+            raise nested from None
         # Any exception: a module that raises while importing is as broken as a missing one;
         # a sys.exit() at import would otherwise end `manage.py check` with its text alone,
         # and a BaseException of the module's own with a traceback.
@@ -84,6 +88,73 @@ def callable_path(value: object, path: KeyPath) -> str:
             "Declare a plain function (no 'yield'), or one that consumes the generator.",
         )
     return plain(value)
+
+
+def _attribute_of_attribute(dotted: str, error: BaseException) -> Invalid | None:
+    """Return the problem of a path through an attribute of a module, if that is what failed.
+
+    Only `module.attribute` paths are supported, as by Django's import_string(), which every
+    process that runs the task resolves it with: "myapp.jobs.Holder.sm" is imported as the
+    module "myapp.jobs.Holder", and the bare ImportError ("'myapp.jobs' is not a package")
+    does not say that the class was found.
+    """
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if not missing or not dotted.startswith(f"{missing}."):
+        return None
+    module_name, _, first = missing.rpartition(".")
+    module = sys.modules.get(module_name)  # imported just now, as the missing one's parent
+    if module is None:
+        return None
+    names = dotted[len(module_name) + 1 :].split(".")
+    try:
+        attribute = getattr(module, first)
+    except Exception:
+        return None  # no such attribute either: a module that does not exist
+    inside = ".".join(names)
+    if inspect.ismodule(attribute):
+        # `from x import y` in the module: y is found there, but imports only as itself.
+        own = f"{attribute.__name__}.{'.'.join(names[1:])}"
+        detail = (
+            f"cannot be imported: {first!r} in the module {module_name!r} is the module "
+            f"{attribute.__name__!r} imported there, not a submodule of {module_name!r}."
+        )
+        return Invalid(E_CALLABLE_IMPORT, Form.ASSIGNED, detail, f'Use its own path, "{own}".')
+    detail = (
+        f"cannot be imported: {first!r} is not a module but an attribute of the module "
+        f"{module_name!r}, and only 'module.attribute' paths are supported"
+    )
+    owner, found = module, attribute
+    for depth, name in enumerate(names[1:], start=1):
+        try:
+            owner, found = found, getattr(found, name)
+        except Exception:
+            detail += f"; and {'.'.join(names[:depth])} has no attribute {name!r}"
+            hint = (
+                "Check the attribute names, then declare a module-level name for the callable "
+                f'in {module_name}, and use "{module_name}.<name>".'
+            )
+            return Invalid(E_CALLABLE_IMPORT, Form.ASSIGNED, f"{detail}.", hint)
+    if inspect.isclass(owner) and _is_instance_method(owner, names[-1]):
+        hint = (
+            f"{inside} is an instance method: calling it needs an instance of "
+            f"{'.'.join(names[:-1])}. Declare a function in {module_name} that creates one "
+            f"and calls its {names[-1]}(), and name that function."
+        )
+    else:
+        hint = (
+            f"Declare a module-level name for it in {module_name}, e.g. "
+            f'{names[-1]} = {inside}, and use "{module_name}.{names[-1]}".'
+        )
+    return Invalid(E_CALLABLE_IMPORT, Form.ASSIGNED, f"{detail}.", hint)
+
+
+def _is_instance_method(cls: type, name: str) -> bool:
+    """Say whether `name` is a function the class binds to an instance (it needs `self`)."""
+    try:
+        raw = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return False
+    return inspect.isfunction(raw)
 
 
 def _per_callable(inspect_it: Callable[[Any], _R]) -> Callable[[Any], _R]:

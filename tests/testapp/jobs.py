@@ -62,6 +62,24 @@ def fail_unless_file(path: str) -> None:
 NOT_CALLABLE = 42
 
 
+# --- signatures the checks read (E011, E013, W003) ---
+
+
+class Holder:
+    """Methods a path may try to reach through their class: only `module.attribute` imports."""
+
+    @staticmethod
+    def static() -> None:
+        return None
+
+    @classmethod
+    def klass(cls) -> None:
+        return None
+
+    def method(self) -> None:
+        return None
+
+
 # --- callables that block, or raise what task code should not raise ---
 
 # Events a test sets to let a blocked task return; keyed so concurrent tests do not collide.

@@ -1,0 +1,66 @@
+"""Messages about the callable's path and signature that say what is wrong, where, and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_posixcron.declarations import collect
+from tests.harness.declaring import task
+
+CALLABLE = "settings.POSIXCRON['TASKS']['t']['callable']"
+JOBS = "tests.testapp.jobs"
+
+
+def only_problem(**definition: Any) -> tuple[str, str, str]:
+    _, problems = collect({"TASKS": {"t": task(**definition)}})
+    assert len(problems) == 1, problems
+    return problems[0].id, problems[0].msg, problems[0].hint
+
+
+@pytest.mark.parametrize("name", ["static", "klass"])
+def test_a_method_reached_through_its_class_is_refused_naming_the_module_that_imports(name):
+    path = f"{JOBS}.Holder.{name}"
+    assert only_problem(callable=path) == (
+        "posixcron.E011",
+        f"{CALLABLE} = {path!r} cannot be imported: 'Holder' is not a module but an attribute "
+        f"of the module {JOBS!r}, and only 'module.attribute' paths are supported.",
+        f"Declare a module-level name for it in {JOBS}, e.g. {name} = Holder.{name}, and use "
+        f'"{JOBS}.{name}".',
+    )
+
+
+def test_an_instance_method_reached_through_its_class_is_refused_as_needing_an_instance():
+    path = f"{JOBS}.Holder.method"
+    check_id, msg, hint = only_problem(callable=path)
+    assert check_id == "posixcron.E011"
+    assert "'Holder' is not a module but an attribute of the module" in msg
+    assert hint == (
+        "Holder.method is an instance method: calling it needs an instance of Holder. Declare "
+        f"a function in {JOBS} that creates one and calls its method(), and name that function."
+    )
+
+
+def test_a_missing_attribute_behind_a_class_is_named():
+    path = f"{JOBS}.Holder.nope"
+    check_id, msg, hint = only_problem(callable=path)
+    assert check_id == "posixcron.E011"
+    assert msg.endswith("paths are supported; and Holder has no attribute 'nope'.")
+    assert hint.startswith("Check the attribute names")
+
+
+def test_a_module_imported_into_another_is_named_by_its_own_path():
+    path = f"{JOBS}.time.sleep"  # jobs.py does `import time`
+    assert only_problem(callable=path) == (
+        "posixcron.E011",
+        f"{CALLABLE} = {path!r} cannot be imported: 'time' in the module {JOBS!r} is the "
+        f"module 'time' imported there, not a submodule of {JOBS!r}.",
+        'Use its own path, "time.sleep".',
+    )
+
+
+def test_a_missing_module_keeps_the_import_error():
+    _, msg, hint = only_problem(callable=f"{JOBS}.nope.run")
+    assert "ModuleNotFoundError: No module named 'tests.testapp.jobs.nope'" in msg
+    assert hint.startswith("Check the module path")
