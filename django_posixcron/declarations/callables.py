@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import AsyncToSync
 from asgiref.sync import iscoroutinefunction as is_async_function
@@ -254,18 +255,51 @@ def takes_kwargs(values: Mapping[str, Any]) -> None:
     error = _bind_error(func, tuple(kwargs), context)
     if error is None:
         return
-    signature = _signature(func)
-    called = "a RunContext first and " if context else ""
+    callee = _callee(func)
+    assert callee is not None  # no signature, no error
     name = dotted.rsplit(".", 1)[-1]
-    if context and _bind_error(func, tuple(kwargs), False) is None:
+    first: list[str] = []  # what the call passes before the kwargs
+    if callee.partial_of is not None:
+        bound = ", ".join(
+            [*map(show, callee.args), *(f"{k}={show(v)}" for k, v in callee.keywords.items())]
+        )
+        first.append(f"the arguments its functools.partial binds ({bound})")
+    if context:
+        first.append("a RunContext" if first else "a RunContext first")
+    called = f"{', '.join(first)} and " if first else ""
+    match = f"Make the kwargs match the signature {name}{callee.signature}."
+    if callee.partial_of is not None:
+        inner = callee.partial_of
+        inner_name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+        match = (
+            f"Make the arguments the partial binds and the kwargs, together, match the "
+            f"signature {inner_name}{callee.signature}."
+        )
+    clash = _context_parameter(callee) if context else None
+    if clash is not None and clash in kwargs:
+        # The RunContext goes to the parameter the kwargs name too: "multiple values".
+        hint = (
+            "With takes_context, the RunContext is passed as the first positional argument, "
+            f"to the parameter {clash!r}; the kwargs key {clash!r} clashes with it. Rename "
+            "the key (and the parameter it is meant for), or remove it."
+        )
+    elif context and _bind_error(func, tuple(kwargs), False) is None:
         # The kwargs fit; the context has no parameter to go to.
         hint = (
             "With takes_context, the callable gets the RunContext as its first positional "
             f"argument: give {name} a parameter for it, e.g. def {name}(context, ...)."
         )
     else:
-        hint = f"Make the kwargs match the signature {name}{signature}."
-        unknown = _unknown_names(signature, kwargs)
+        hint = match
+        positional, unknown = _misnamed(callee.signature, kwargs)
+        if positional:
+            some = "it" if len(positional) == 1 else "them"
+            hint += (
+                f" {', '.join(map(repr, positional))} "
+                f"{'is' if len(positional) == 1 else 'are'} positional-only: kwargs are "
+                f"passed by keyword. Declare a function that takes {some} by keyword and "
+                f"passes {some} on by position."
+            )
         if unknown:
             hint += f" It has no parameter {', '.join(map(repr, unknown))}."
     raise Invalid(
@@ -276,15 +310,55 @@ def takes_kwargs(values: Mapping[str, Any]) -> None:
     )
 
 
-def _unknown_names(signature: inspect.Signature | None, names: Mapping[str, Any]) -> list[str]:
-    """Return the kwargs no parameter of `signature` takes (none if it takes **kwargs)."""
-    if signature is None:
-        return []
+def _misnamed(
+    signature: inspect.Signature, names: Mapping[str, Any]
+) -> tuple[list[str], list[str]]:
+    """Return the kwargs that name a positional-only parameter, and those naming none.
+
+    With **kwargs in the signature, a key named like a positional-only parameter goes there,
+    not to it; no key is unknown.
+    """
     params = signature.parameters
+    positional = [
+        n for n in names if n in params and params[n].kind is inspect.Parameter.POSITIONAL_ONLY
+    ]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
-    named = {n for n, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
-    return [n for n in names if n not in named]
+        return positional, []
+    return positional, [n for n in names if n not in params]
+
+
+class _Callee(NamedTuple):
+    """What a call binds against: a signature, after the arguments a partial binds first."""
+
+    signature: inspect.Signature
+    args: tuple[Any, ...] = ()
+    keywords: Mapping[str, Any] = types.MappingProxyType({})
+    partial_of: Any = None
+
+
+@_per_callable
+def _callee(func: Any) -> _Callee | None:
+    signature = _signature(func)
+    if signature is not None:
+        return _Callee(signature)
+    if isinstance(func, functools.partial):
+        # inspect reads no signature of a partial whose bound arguments do not fit its
+        # function: bind them against the function's own, so that the mistake is an error now
+        # rather than a TypeError at every run.
+        inner = _signature(func.func)
+        if inner is not None:
+            return _Callee(inner, func.args, types.MappingProxyType(func.keywords), func.func)
+    return None  # some builtins have none: nothing to check against
+
+
+def _context_parameter(callee: _Callee) -> str | None:
+    """Return the parameter the RunContext binds to, the first positional argument."""
+    marker = object()
+    try:
+        bound = callee.signature.bind_partial(*callee.args, marker)
+    except TypeError:
+        return None
+    return next((n for n, v in bound.arguments.items() if v is marker), None)
 
 
 def _bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
@@ -301,11 +375,12 @@ def _bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
 
 
 def _find_bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
-    signature = _signature(func)
-    if signature is None:
-        return None
+    callee = _callee(func)
+    if callee is None:
+        return None  # some builtins have none: nothing to check against
+    args = (*callee.args, *(("context",) if context else ()))
     try:
-        signature.bind(*(("context",) if context else ()), **dict.fromkeys(names))
+        callee.signature.bind(*args, **{**callee.keywords, **dict.fromkeys(names)})
     except TypeError as error:
         return str(error)
     return None

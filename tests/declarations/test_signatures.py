@@ -64,3 +64,46 @@ def test_a_missing_module_keeps_the_import_error():
     _, msg, hint = only_problem(callable=f"{JOBS}.nope.run")
     assert "ModuleNotFoundError: No module named 'tests.testapp.jobs.nope'" in msg
     assert hint.startswith("Check the module path")
+
+
+def test_a_keyword_for_a_positional_only_parameter_says_so():
+    path = f"{JOBS}.positional_only"
+    assert only_problem(callable=path, kwargs={"a": 1}) == (
+        "posixcron.E013",
+        f"{CALLABLE} = {path!r} cannot be called with the declared kwargs {{'a': 1}}: 'a' "
+        "parameter is positional only, but was passed as a keyword.",
+        "Make the kwargs match the signature positional_only(a: 'int', /, b: 'int' = 2) -> "
+        "'None'. 'a' is positional-only: kwargs are passed by keyword. Declare a function "
+        "that takes it by keyword and passes it on by position.",
+    )
+
+
+def test_a_kwargs_key_clashing_with_the_context_parameter_says_so():
+    path = f"{JOBS}.context_and_more"
+    assert only_problem(callable=path, takes_context=True, kwargs={"context": 1}) == (
+        "posixcron.E013",
+        f"{CALLABLE} = {path!r} cannot be called with a RunContext first and the declared "
+        "kwargs {'context': 1}: multiple values for argument 'context'.",
+        "With takes_context, the RunContext is passed as the first positional argument, to "
+        "the parameter 'context'; the kwargs key 'context' clashes with it. Rename the key "
+        "(and the parameter it is meant for), or remove it.",
+    )
+
+
+def test_a_partial_whose_bound_arguments_break_the_signature_is_an_error():
+    path = f"{JOBS}.PARTIAL_TOO_MANY"  # functools.partial(noop, 1)
+    assert only_problem(callable=path) == (
+        "posixcron.E013",
+        f"{CALLABLE} = {path!r} cannot be called with the arguments its functools.partial "
+        "binds (1) and the declared kwargs {}: too many positional arguments.",
+        "Make the arguments the partial binds and the kwargs, together, match the signature "
+        "noop() -> 'None'.",
+    )
+
+
+def test_a_partial_is_checked_by_its_own_signature():
+    path = f"{JOBS}.PARTIAL_OF_RECORD"  # functools.partial(record, task_name="partial")
+    assert collect({"TASKS": {"t": task(callable=path, kwargs={"label": "x"})}})[1] == []
+    check_id, _, hint = only_problem(callable=path, kwargs={"lable": "x"})
+    assert check_id == "posixcron.E013"
+    assert hint.endswith("It has no parameter 'lable'.")

@@ -80,6 +80,19 @@ class Holder:
         return None
 
 
+def positional_only(a: int, /, b: int = 2) -> None:
+    return None
+
+
+def context_and_more(context: Any, **kwargs: Any) -> None:
+    return None
+
+
+# Its bound argument already breaks noop's signature: inspect gives it no signature at all.
+PARTIAL_TOO_MANY = functools.partial(noop, 1)  # type: ignore[call-arg]
+PARTIAL_OF_RECORD = functools.partial(record, task_name="partial")
+
+
 # --- callables that block, or raise what task code should not raise ---
 
 # Events a test sets to let a blocked task return; keyed so concurrent tests do not collide.
