@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
+
+if TYPE_CHECKING:
+    from django_posixcron.declarations import TaskDeclaration
 
 W_SQLITE_DEFERRED = "posixcron.W001"
 E_UNKNOWN_ALIAS = "posixcron.E036"
@@ -27,6 +31,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
     # The backends the valid handed-off tasks name.
     messages += handoff_messages(declarations)
+    return messages + unchecked_call_warnings(declarations)
+
+
+def unchecked_call_warnings(
+    declarations: Mapping[str, TaskDeclaration],
+) -> list[checks.CheckMessage]:
+    """Return posixcron.W003 for each valid task whose call no signature can check."""
+    from django_posixcron.declarations.callables import unchecked_call
+    from django_posixcron.declarations.problems import KeyPath, problem
+
+    messages: list[checks.CheckMessage] = []
+    for name, declaration in declarations.items():
+        dotted = declaration.callable_path
+        found = unchecked_call(dotted, declaration.kwargs, declaration.takes_context)
+        if found is not None:
+            p = problem(KeyPath() / "TASKS" / name / "callable", dotted, found)
+            messages.append(checks.Warning(p.msg, hint=p.hint, obj=None, id=p.id))
     return messages
 
 

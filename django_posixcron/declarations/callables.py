@@ -19,6 +19,7 @@ from django_posixcron.declarations.ids import (
     E_NOT_CALLABLE,
     E_NOT_PLAIN_FUNCTION,
     E_SIGNATURE,
+    W_UNCHECKED_SIGNATURE,
 )
 from django_posixcron.declarations.problems import Form, Invalid, KeyPath, show
 from django_posixcron.declarations.values import plain
@@ -310,6 +311,30 @@ def takes_kwargs(values: Mapping[str, Any]) -> None:
     )
 
 
+def unchecked_call(dotted: str, kwargs: Mapping[str, Any], context: bool) -> Invalid | None:
+    """Return the warning for a call no signature can be read to check, if it passes anything.
+
+    Many builtins have none (time.sleep on Python 3.11): their kwargs pass the checks, and a
+    name they do not take fails every run with TypeError. A call without arguments is not
+    worth a warning: it is the one call such a callable is most likely meant for.
+    """
+    if (not kwargs and not context) or _callee(import_string(dotted)) is not None:
+        return None
+    passed = [f"the kwargs {show(kwargs)}"] if kwargs else []
+    if context:
+        passed.insert(0, "a RunContext first" if kwargs else "a RunContext")
+    what = " and ".join(passed)
+    return Invalid(
+        W_UNCHECKED_SIGNATURE,
+        Form.ASSIGNED,
+        "has no signature the checks can read (a builtin, say): the call with "
+        f"{what} cannot be checked against it, and if it does not fit, every run fails "
+        "with TypeError.",
+        "Builtins often take their arguments by position only, which kwargs cannot give. "
+        f"Check the documentation of {dotted}, or declare a Python function that calls it.",
+    )
+
+
 def _misnamed(
     signature: inspect.Signature, names: Mapping[str, Any]
 ) -> tuple[list[str], list[str]]:
@@ -377,7 +402,7 @@ def _bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
 def _find_bind_error(func: Any, names: tuple[str, ...], context: bool) -> str | None:
     callee = _callee(func)
     if callee is None:
-        return None  # some builtins have none: nothing to check against
+        return None  # checks.py warns that the kwargs could not be checked (posixcron.W003)
     args = (*callee.args, *(("context",) if context else ()))
     try:
         callee.signature.bind(*args, **{**callee.keywords, **dict.fromkeys(names)})

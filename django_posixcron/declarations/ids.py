@@ -40,3 +40,6 @@ E_DUMMY_BACKEND = "posixcron.E034"
 E_UNSUPPORTED_OPTION = "posixcron.E035"
 # A value whose own code raised while the checks looked at it (a property, a lazy string).
 E_UNCHECKABLE = "posixcron.E037"  # (E036 is checks.py's, for the database alias)
+
+# A warning, not an error: the declaration stays valid (checks.py reports it).
+W_UNCHECKED_SIGNATURE = "posixcron.W003"  # (W001 is checks.py's, W002 the hand-off's)

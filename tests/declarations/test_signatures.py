@@ -107,3 +107,11 @@ def test_a_partial_is_checked_by_its_own_signature():
     check_id, _, hint = only_problem(callable=path, kwargs={"lable": "x"})
     assert check_id == "posixcron.E013"
     assert hint.endswith("It has no parameter 'lable'.")
+
+
+def test_a_callable_without_a_signature_is_no_error():
+    # Nothing to check against: posixcron.W003 says so (tests/checks/test_unchecked_call.py).
+    path = f"{JOBS}.no_signature"
+    declarations, problems = collect({"TASKS": {"t": task(callable=path, kwargs={"secs": 1})}})
+    assert problems == []
+    assert list(declarations) == ["t"]

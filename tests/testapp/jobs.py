@@ -88,6 +88,19 @@ def context_and_more(context: Any, **kwargs: Any) -> None:
     return None
 
 
+class _NoSignature:
+    """A callable inspect cannot read a signature of, like many builtins (time.sleep)."""
+
+    def __call__(self, *args: Any) -> None:
+        return None
+
+    @property
+    def __signature__(self) -> Any:
+        raise ValueError("no signature found for builtin <built-in function no_signature>")
+
+
+no_signature = _NoSignature()
+
 # Its bound argument already breaks noop's signature: inspect gives it no signature at all.
 PARTIAL_TOO_MANY = functools.partial(noop, 1)  # type: ignore[call-arg]
 PARTIAL_OF_RECORD = functools.partial(record, task_name="partial")
