@@ -230,7 +230,9 @@ def test_locked_rows_skips_a_row_another_transaction_holds() -> None:
     assert got == [{"pk": free.pk}]
 
 
-def test_the_heartbeat_says_when_it_beats_again_after_failing(caplog) -> None:
+def test_the_heartbeat_says_when_it_beats_again_after_failing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # It logged each failure and never its recovery: a log of "heartbeat failed" lines left
     # the reader guessing whether the process was alive.
     import logging
