@@ -156,3 +156,59 @@ def test_delete_all_runs_across_pages_keeps_the_running_one(page: Any, artifacts
     expect(page.locator("ul.messagelist")).to_contain_text("Successfully deleted 150 runs.")
     expect(page.locator("ul.messagelist")).to_contain_text("Kept 1 queued or running run")
     assert list(Run.objects.values_list("pk", flat=True)) == [running.pk]
+
+
+LONG_NAME = "a" * 90 + "-long-name"  # 100 characters: the longest name a task may have
+
+
+@pytest.mark.parametrize("width", [1400, 1920])
+def test_a_long_task_name_wraps_and_the_list_fits_the_window(
+    page: Any, artifacts: Path, width: int
+) -> None:
+    from playwright.sync_api import expect
+
+    now = timezone.now()
+    report = make_task(name="morning-report", schedule="30 6 * * 1-5", timezone="Europe/Berlin")
+    make_run(report, status=RunStatus.FAILED)
+    Task.objects.filter(pk=report.pk).update(
+        retry_at=now + dt.timedelta(minutes=4, seconds=30), next_run_at=now + dt.timedelta(hours=5)
+    )
+    make_run(make_task(name="cleanup-sessions", schedule="0 * * * *", timezone="UTC"))
+    make_task(name=LONG_NAME, schedule="5 * * * *", timezone="UTC")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/admin/django_posixcron/task/")
+    page.screenshot(path=str(artifacts / f"task-list-long-name-{width}.png"), full_page=True)
+
+    # Every column on screen: the table fits the box that would otherwise scroll it.
+    table = page.locator("#result_list").bounding_box()
+    results = page.locator("#changelist .results").bounding_box()
+    assert table is not None
+    assert results is not None
+    assert table["x"] + table["width"] <= results["x"] + results["width"] + 1, (table, results)
+    retry = page.locator("#result_list thead th.column-retry_display")
+    expect(retry).to_contain_text("Pending retry", ignore_case=True)
+    box = retry.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= results["x"] + results["width"] + 1
+    # The long name wraps; an ordinary one stays on one line.
+    name = page.locator("#result_list th.field-name a")
+    heights = dict(name.evaluate_all("as => as.map(a => [a.textContent, a.offsetHeight])"))
+    assert heights[LONG_NAME] > 2 * heights["cleanup-sessions"], heights
+    assert heights["morning-report"] == heights["cleanup-sessions"], heights
+
+    # On the task page the title wraps beside the buttons rather than run under them.
+    name.filter(has_text="-long-name").click()
+    page.screenshot(path=str(artifacts / f"task-page-long-name-{width}.png"), full_page=True)
+    tools = page.locator("ul.object-tools").bounding_box()
+    assert tools is not None
+    # The boxes of the title's text, line by line: none under the buttons.
+    lines = page.locator("#content > h2").evaluate(
+        """h2 => { const range = document.createRange(); range.selectNodeContents(h2);
+        return [...range.getClientRects()].map(r => [r.left, r.top, r.right, r.bottom]); }"""
+    )
+    right, bottom = tools["x"] + tools["width"], tools["y"] + tools["height"]
+    for left, top, end, low in lines:
+        assert end <= tools["x"] or left >= right or low <= tools["y"] or top >= bottom, (
+            lines,
+            tools,
+        )
