@@ -158,9 +158,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         # A conditional UPDATE computed in the database, so a concurrent claim that moved
         # the cursor is not overwritten with a stale due_at. A request still pending keeps
         # its instant: asking twice before a scheduler picks it up asks for one run, and
-        # changes nothing the second time.
-        new = Q(run_requested_at__isnull=True) | Q(run_requested_at__gt=now)
-        return self.filter(new).update(run_requested_at=now, due_at=_at_most(now, "due_at"))
+        # changes nothing the second time, even when two requests race and the second one
+        # read the clock a moment before the first.
+        unrequested = self.filter(run_requested_at__isnull=True)
+        return unrequested.update(run_requested_at=now, due_at=_at_most(now, "due_at"))
 
 
 class Task(models.Model):
@@ -380,9 +381,10 @@ class Task(models.Model):
         if now is None:
             now = database_now(row.db)
         changed = bool(row.request_run(now))
-        self.run_requested_at = earliest(self.run_requested_at, now)
-        self.due_at = earliest(self.due_at, now)
-        self._snapshot(["run_requested_at", "due_at"])
+        if changed:
+            self.run_requested_at = now
+            self.due_at = earliest(self.due_at, now)
+            self._snapshot(["run_requested_at", "due_at"])
         return changed
 
     def _row(self) -> TaskQuerySet:

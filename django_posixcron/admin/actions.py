@@ -28,6 +28,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import runs_of_history
+from django_posixcron.db import database_now
 from django_posixcron.models import Overlap, Run, RunQuerySet, Task, TaskQuerySet
 
 if TYPE_CHECKING:
@@ -108,9 +109,10 @@ class TaskStateActions(TaskAdminBase):
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
-            if task.run_requested_at is not None:
-                # One request at a time: asking again before a scheduler picks it up asks
-                # for the same run.
+            # Never runs task code here: the request is a timestamp a scheduler claims. The
+            # conditional UPDATE says whether this request made it: one pending already (asked
+            # for before, or by another request since the task was read) is the same run.
+            if not task.request_run():
                 self.message_user(
                     request,
                     gettext(
@@ -121,8 +123,6 @@ class TaskStateActions(TaskAdminBase):
                     messages.INFO,
                 )
                 return None
-            # Never runs task code here: the request is a timestamp a scheduler claims.
-            task.request_run()
             self._log(
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
             )
@@ -189,28 +189,27 @@ class TaskStateActions(TaskAdminBase):
     def _set_paused(self, request: HttpRequest, queryset: TaskQuerySet, *, paused: bool) -> None:
         """Pause or resume the selected declared tasks; say what changed and what did not."""
         selected = list(queryset.filter(declared=True))
+        now = database_now(queryset.db)
         targets = [task for task in selected if task.paused != paused]
-        rows = queryset.filter(pk__in=[task.pk for task in targets])
-        changed = rows.pause() if paused else rows.resume()
-        unchanged = len(selected) - len(targets)
         if paused:
-            self._log(
-                request, "Tasks paused from the admin count=%d user=%s", "admin_pause", changed
-            )
+            done_to = _changed(queryset, targets, lambda rows: rows.pause(now))
+            changed, unchanged = len(done_to), len(selected) - len(done_to)
+            log = "Tasks paused from the admin count=%d user=%s", "admin_pause"
             done = gettext("Paused.")
             text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
             same = ngettext(
                 "%(count)d was already paused.", "%(count)d were already paused.", unchanged
             )
         else:
-            self._log(
-                request, "Tasks resumed from the admin count=%d user=%s", "admin_resume", changed
-            )
+            done_to = _changed(queryset, targets, lambda rows: rows.resume(now))
+            changed, unchanged = len(done_to), len(selected) - len(done_to)
+            log = "Tasks resumed from the admin count=%d user=%s", "admin_resume"
             done = gettext("Resumed.")
             text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
             same = ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged)
-        self._history(request, targets, done)
+        self._history(request, done_to, done)
         if changed:
+            self._log(request, *log, changed)
             self.message_user(request, text % {"count": changed}, messages.SUCCESS)
         if unchanged:
             self.message_user(request, same % {"count": unchanged}, messages.INFO)
@@ -221,16 +220,17 @@ class TaskStateActions(TaskAdminBase):
         selected = list(queryset.filter(declared=True))
         # One request at a time, as the task page's button: a task whose request is still
         # pending keeps it, and nothing is logged or recorded for it a second time.
+        now = database_now(queryset.db)
         targets = [t for t in selected if t.run_requested_at is None]
-        paused = sum(t.paused for t in targets)
-        running = sum(_request_may_be_skipped(t) for t in targets)
-        requested = queryset.filter(pk__in=[t.pk for t in targets]).request_run()
-        unchanged = len(selected) - len(targets)
-        for task in targets:
+        done_to = _changed(queryset, targets, lambda rows: rows.request_run(now))
+        paused = sum(t.paused for t in done_to)
+        running = sum(_request_may_be_skipped(t) for t in done_to)
+        requested, unchanged = len(done_to), len(selected) - len(done_to)
+        for task in done_to:
             self._log(
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
             )
-        self._history(request, targets, gettext("Requested a run."))
+        self._history(request, done_to, gettext("Requested a run."))
         if requested:
             self.message_user(
                 request,
@@ -310,6 +310,20 @@ class TaskStateActions(TaskAdminBase):
             % {"count": count},
             messages.WARNING,
         )
+
+
+def _changed(
+    queryset: TaskQuerySet, tasks: list[Task], change: Callable[[TaskQuerySet], int]
+) -> list[Task]:
+    """Apply `change` to each task's row by a conditional UPDATE of its own; return the tasks
+    it changed.
+
+    One UPDATE per task rather than one for all: its count tells whether this request made
+    the change, so a row another request changed after this one read it gets no History
+    entry, log line or message from this one.
+    """
+    rows = Task.objects.using(queryset.db)
+    return [task for task in tasks if change(rows.filter(pk=task.pk))]
 
 
 def _request_may_be_skipped(task: Task) -> bool:

@@ -77,6 +77,18 @@ def test_asking_twice_for_a_run_changes_nothing_the_second_time():
     assert fresh.request_run(now + dt.timedelta(seconds=10)) is True
 
 
+def test_a_request_stamped_a_moment_later_is_the_same_pending_run():
+    # Two operators at once: the one whose clock reading came first updates last. Its
+    # request is the one already pending, not a change.
+    now = timezone.now()
+    task = make_task(next_run_at=now + dt.timedelta(hours=1))
+    assert Task.objects.filter(pk=task.pk).request_run(now + dt.timedelta(microseconds=5)) == 1
+    assert Task.objects.filter(pk=task.pk).request_run(now) == 0
+    assert task.request_run(now) is False
+    stored = Task.objects.get(pk=task.pk)
+    assert stored.run_requested_at == stored.due_at == now + dt.timedelta(microseconds=5)
+
+
 @pytest.mark.parametrize("first", ["pause", "resume"])
 def test_a_save_after_pause_or_resume_writes_the_change_back(first):
     # The instance methods write the row: a later save() that sets the field back must see
