@@ -27,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_posixcron.admin.display import runs_of_history
+from django_posixcron.admin.display import clock, live_processes, runs_of_history
 from django_posixcron.db import database_now
 from django_posixcron.models import Overlap, Run, RunQuerySet, Task, TaskQuerySet
 
@@ -113,15 +113,18 @@ class TaskStateActions(TaskAdminBase):
             # conditional UPDATE says whether this request made it: one pending already (asked
             # for before, or by another request since the task was read) is the same run.
             if not task.request_run():
-                self.message_user(
-                    request,
-                    gettext(
+                if task.paused:
+                    already = gettext(
+                        "A run of %(task)s is already requested; it starts once the task is "
+                        "resumed."
+                    )
+                else:
+                    already = gettext(
                         "A run of %(task)s is already requested; a scheduler starts it at its "
                         "next tick."
                     )
-                    % {"task": task.name},
-                    messages.INFO,
-                )
+                self.message_user(request, already % {"task": task.name}, messages.INFO)
+                self._warn_no_scheduler(request)
                 return None
             self._log(
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
@@ -150,6 +153,7 @@ class TaskStateActions(TaskAdminBase):
                     % {"task": task.name},
                     messages.WARNING,
                 )
+            self._warn_no_scheduler(request)
             return gettext("Requested a run.")
 
         return self._state_view(request, object_id, self.has_run_permission, change)
@@ -223,7 +227,9 @@ class TaskStateActions(TaskAdminBase):
         now = database_now(queryset.db)
         targets = [t for t in selected if t.run_requested_at is None]
         done_to = _changed(queryset, targets, lambda rows: rows.request_run(now))
-        paused = sum(t.paused for t in done_to)
+        # Every selected task now has a request pending, this one's or an earlier one: a paused
+        # one's starts once it is resumed.
+        paused = sum(t.paused for t in selected)
         running = sum(_request_may_be_skipped(t) for t in done_to)
         requested, unchanged = len(done_to), len(selected) - len(done_to)
         for task in done_to:
@@ -270,6 +276,8 @@ class TaskStateActions(TaskAdminBase):
                 % {"count": running},
                 messages.WARNING,
             )
+        if selected:
+            self._warn_no_scheduler(request)
         self._warn_retired(request, queryset.retired().count())
 
     # Messages -----------------------------------------------------------------------------
@@ -294,6 +302,19 @@ class TaskStateActions(TaskAdminBase):
                 count,
             )
             % {"count": count},
+            messages.WARNING,
+        )
+
+    def _warn_no_scheduler(self, request: HttpRequest) -> None:
+        """Warn that a requested run waits: no scheduler is live by the header's rule."""
+        if live_processes(clock()).exists():
+            return
+        self.message_user(
+            request,
+            gettext(
+                "No scheduler is running: the run starts once one is started "
+                "(manage.py runscheduler)."
+            ),
             messages.WARNING,
         )
 

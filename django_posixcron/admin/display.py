@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
-from django_posixcron.models import FAILURE_STATUSES, RunStatus
+from django_posixcron.models import FAILURE_STATUSES, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.rules import stale_after
 from django_posixcron.timing import expression, zone
 
@@ -33,6 +33,13 @@ def poll_interval() -> dt.timedelta:
 def process_stale_after() -> dt.timedelta:
     """Return the heartbeat age past which the scheduler itself counts a process as dead."""
     return stale_after(poll_interval_or_default())
+
+
+def live_processes(now: dt.datetime) -> QuerySet[SchedulerProcess]:
+    """Return the scheduler processes the admin counts as live at `now` (see clock()): not
+    stopped, with a heartbeat younger than the age past which the scheduler presumes one
+    dead. The task list's header lists them; Run now warns when there are none."""
+    return SchedulerProcess.objects.using(app_alias()).live(now, process_stale_after())
 
 
 def clock() -> dt.datetime:

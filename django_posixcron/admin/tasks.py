@@ -24,7 +24,7 @@ from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, State
 from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
-from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling.rules import retry_replaced
 from django_posixcron.timing import occurrences
 
@@ -311,7 +311,7 @@ class TaskAdmin(Guarded, TaskStateActions):
             raise PermissionDenied  # before the header's queries, as Django's own view would
         now = display.clock()
         using = app_alias()
-        live = SchedulerProcess.objects.using(using).live(now, display.process_stale_after())
+        live = display.live_processes(now)
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
         more = len(processes) > HEADER_PROCESSES
         # Only live processes declaring different sets can disagree: the usual page, with

@@ -369,6 +369,39 @@ def test_run_now_while_a_run_is_going_warns_that_overlap_skip_applies(operator):
     assert "1 of them has a run still going and overlap &quot;skip&quot;" in text
 
 
+NO_SCHEDULER = "No scheduler is running: the run starts once one is started"
+
+
+def test_run_now_warns_when_no_scheduler_is_live(operator):
+    # The header's rule: a dead process (stale heartbeat) or a stopped one is not live.
+    now = timezone.now()
+    SchedulerProcess.objects.create(
+        hostname="dead", pid=1, last_heartbeat_at=now - dt.timedelta(hours=1)
+    )
+    SchedulerProcess.objects.create(hostname="gone", pid=2, last_heartbeat_at=now, stopped_at=now)
+    button, action = make_task(name="button"), make_task(name="action")
+    client = client_for(operator)
+    for _twice in range(2):
+        assert NO_SCHEDULER in client.post(action_url(button, "run"), follow=True).content.decode()
+        assert NO_SCHEDULER in _act(client, "run_selected", action).content.decode()
+
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=now)
+    assert NO_SCHEDULER not in client.post(action_url(button, "run"), follow=True).content.decode()
+    assert NO_SCHEDULER not in _act(client, "run_selected", action).content.decode()
+
+
+def test_run_now_again_on_a_paused_task_says_it_starts_once_resumed(operator):
+    task = make_task(name="held", paused=True)
+    client = client_for(operator)
+    client.post(action_url(task, "run"), follow=True)
+    text = client.post(action_url(task, "run"), follow=True).content.decode()
+    assert "A run of held is already requested; it starts once the task is resumed." in text
+    assert "next tick" not in text
+    text = _act(client, "run_selected", task).content.decode()
+    assert "1 already had a run requested" in text
+    assert "1 of them is paused: its run starts once it is resumed." in text
+
+
 def test_state_views_leave_retired_tasks_alone(operator):
     task = make_task(declared=False)
     client = client_for(operator)
