@@ -388,7 +388,9 @@ class TaskAdmin(Guarded, TaskStateActions):
                 "trigger": run.get_trigger_display(),
                 "status": display.status_badge(run.status),
                 "duration": display.duration(run.duration),
-                "error": run.error,
+                # The first line (the template truncates it): a multi-line message, or one
+                # that ends with a traceback, belongs on the run's page.
+                "error": next(iter(run.error.splitlines()), ""),
             }
             for run in obj.runs.using(app_alias()).order_by("-scheduled_for", "-id")[:RECENT_RUNS]
         ]

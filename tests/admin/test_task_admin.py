@@ -249,6 +249,17 @@ def test_task_page_lists_recent_runs_newest_first_with_links(superuser):
     assert f"?task={task.pk}" in html
 
 
+def test_task_page_recent_runs_show_the_first_line_of_each_error(superuser):
+    task = make_task()
+    make_run(task, status=RunStatus.FAILED, error="ValueError: bad row 7\nwhile reading a.csv")
+    make_run(task, status=RunStatus.FAILED, error="OSError: " + "x" * 200)
+    html = client_for(superuser).get(change_url(task)).content.decode()
+    table = html[html.index('id="posixcron-recent-runs"') :]
+    assert "<td>ValueError: bad row 7</td>" in table
+    assert "while reading a.csv" not in table
+    assert "<td>OSError: " + "x" * 110 + "…</td>" in table  # 120 characters at most
+
+
 def test_task_page_buttons_follow_permissions(superuser, viewer, pauser, runner):
     task = make_task()
     html = client_for(superuser).get(change_url(task)).content.decode()
