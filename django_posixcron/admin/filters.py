@@ -40,7 +40,8 @@ class StateFilter(admin.SimpleListFilter):
 
 
 class LastStatusFilter(admin.SimpleListFilter):
-    """The last run's status, with "running" (a run started after the last one finished)."""
+    """The last run's status as the list's rows show it: "running" (a run started after the
+    last one finished), else the status the last run finished with."""
 
     title = _("last run status")
     # Django's own parameter for a plain field filter, so existing links keep working.
@@ -65,7 +66,10 @@ class LastStatusFilter(admin.SimpleListFilter):
             return cast(TaskQuerySet, queryset).running()
         if value not in RunStatus.values:
             raise IncorrectLookupParameters(value)
-        return queryset.filter(last_run_status=value)
+        # last_run_status is the previous run's while one is in progress, and the row shows
+        # that task as running: it is found under "running" only.
+        running = Task.objects.running().values("pk")
+        return queryset.filter(last_run_status=value).exclude(pk__in=running)
 
 
 class HealthFilter(admin.SimpleListFilter):
