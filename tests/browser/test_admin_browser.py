@@ -212,3 +212,31 @@ def test_a_long_task_name_wraps_and_the_list_fits_the_window(
             lines,
             tools,
         )
+
+
+# The WCAG 2.1 relative luminance and contrast ratio, in the page.
+CONTRASTS = """els => els.map(e => {
+  const lum = c => { const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map(v => {
+      v = v / 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const style = getComputedStyle(e);
+  const [a, b] = [lum(style.color), lum(style.backgroundColor)].sort((x, y) => y - x);
+  return [e.className, e.textContent.trim(), (a + 0.05) / (b + 0.05)];
+})"""
+
+
+def test_badges_and_marks_meet_the_aa_contrast_for_small_text(page: Any) -> None:
+    _seed()  # failed, succeeded, retired, active
+    make_task(name="held", paused=True)
+    make_run(make_task(name="going"), status=RunStatus.RUNNING, started_at=timezone.now())
+    make_task(name="asked").request_run()
+    odd = make_task(name="odd")
+    make_run(odd, status=RunStatus.SKIPPED)
+    # A status this version does not know (a newer one wrote it): the badges' default colour.
+    Task.objects.filter(pk=odd.pk).update(last_run_status="deferred")
+    page.goto("/admin/django_posixcron/task/")
+    ratios = page.locator(".posixcron-badge, .posixcron-mark").evaluate_all(CONTRASTS)
+    kinds = {cls.split()[-1] for cls, _text, _ratio in ratios}
+    assert {"posixcron-paused", "posixcron-deferred", "posixcron-failure"} <= kinds, kinds
+    low = [(cls, text, round(ratio, 2)) for cls, text, ratio in ratios if ratio < 4.5]
+    assert not low, low
