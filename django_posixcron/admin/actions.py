@@ -177,7 +177,11 @@ class TaskStateActions(TaskAdminBase):
         elif (done := change(obj)) is not None:
             self.log_change(request, obj, done)
         return HttpResponseRedirect(
-            reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk])
+            reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+                args=[obj.pk],
+                current_app=self.admin_site.name,
+            )
         )
 
     # The list's actions ------------------------------------------------------------------

@@ -27,7 +27,7 @@ from django_posixcron.admin.display import (
 from django_posixcron.admin.filters import RunTaskFilter
 from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
-from django_posixcron.models import UNFINISHED_STATUSES, Run
+from django_posixcron.models import UNFINISHED_STATUSES, Run, Task
 
 if TYPE_CHECKING:
     RunAdminBase = admin.ModelAdmin[Run]
@@ -116,9 +116,15 @@ class RunAdmin(Guarded, RunAdminBase):
 
     @admin.display(description=_("task"), ordering="task__name")
     def task_link(self, obj: Run) -> SafeString:
+        if Task not in self.admin_site._registry:
+            return format_html("{}", obj.task.name)  # a site without the task pages
         return format_html(
             '<a href="{}">{}</a>',
-            reverse("admin:django_posixcron_task_change", args=[obj.task_id]),
+            reverse(
+                "admin:django_posixcron_task_change",
+                args=[obj.task_id],
+                current_app=self.admin_site.name,
+            ),
             obj.task.name,
         )
 

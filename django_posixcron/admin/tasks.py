@@ -349,6 +349,9 @@ class TaskAdmin(Guarded, TaskStateActions):
 
     def _task_page_context(self, request: HttpRequest, obj: Task) -> dict[str, Any]:
         info = self.opts.app_label, self.opts.model_name
+        # This site's pages, not the default site's: a project may serve the app on a site
+        # of its own (beside /admin/, or instead of it), with or without the run list.
+        site = self.admin_site.name
         run_admin = self.admin_site._registry.get(Run)
         can_view_runs = run_admin is not None and run_admin.has_view_permission(request)
         return {
@@ -359,13 +362,23 @@ class TaskAdmin(Guarded, TaskStateActions):
             "posixcron_chart": (
                 history.chart(obj, history.chart_points(obj)) if can_view_runs else ""
             ),
-            "posixcron_all_runs_url": reverse("admin:django_posixcron_run_changelist")
-            + f"?task={obj.pk}",
+            "posixcron_all_runs_url": (
+                reverse("admin:django_posixcron_run_changelist", current_app=site)
+                + f"?task={obj.pk}"
+                if can_view_runs
+                else ""
+            ),
             "posixcron_can_pause": obj.declared and self.has_pause_permission(request, obj),
             "posixcron_can_run": obj.declared and self.has_run_permission(request, obj),
-            "posixcron_pause_url": reverse("admin:{}_{}_pause".format(*info), args=[obj.pk]),
-            "posixcron_resume_url": reverse("admin:{}_{}_resume".format(*info), args=[obj.pk]),
-            "posixcron_run_url": reverse("admin:{}_{}_run".format(*info), args=[obj.pk]),
+            "posixcron_pause_url": reverse(
+                "admin:{}_{}_pause".format(*info), args=[obj.pk], current_app=site
+            ),
+            "posixcron_resume_url": reverse(
+                "admin:{}_{}_resume".format(*info), args=[obj.pk], current_app=site
+            ),
+            "posixcron_run_url": reverse(
+                "admin:{}_{}_run".format(*info), args=[obj.pk], current_app=site
+            ),
         }
 
     def _upcoming(self, obj: Task) -> list[str]:
@@ -383,7 +396,11 @@ class TaskAdmin(Guarded, TaskStateActions):
     def _recent_runs(self, obj: Task) -> list[dict[str, Any]]:
         return [
             {
-                "url": reverse("admin:django_posixcron_run_change", args=[run.pk]),
+                "url": reverse(
+                    "admin:django_posixcron_run_change",
+                    args=[run.pk],
+                    current_app=self.admin_site.name,
+                ),
                 "scheduled_for": display.in_zone(run.scheduled_for, obj.timezone),
                 "trigger": run.get_trigger_display(),
                 "status": display.status_badge(run.status),
