@@ -62,6 +62,11 @@ BURST_CLOCK_MARGIN = dt.timedelta(milliseconds=5)
 
 # At shutdown, run_finished receivers get this long to catch up before the process exits.
 RECEIVERS_DRAIN = 10.0
+# How often the loop counts the task rows: rows are never deleted by the scheduler (a task
+# left out of settings is retired, its row kept), so fewer rows than the last count means
+# someone deleted some (a shell, a data migration, a test's teardown), maybe of tasks this
+# process declares, which would then never fire again until the next start-up.
+ROWS_CHECK_EVERY = 60.0
 
 
 class Outage:
@@ -213,6 +218,9 @@ class Scheduler:
         # Whether the last tick claimed a full batch, and when the loop last peeked.
         self._burst = False
         self._peeked_at = 0.0
+        # The task rows counted at the last reconcile or check (see ROWS_CHECK_EVERY).
+        self._rows: int | None = None
+        self._rows_check_at = 0.0
 
     # -- clocks and lifecycle ---------------------------------------------------------------
 
@@ -305,12 +313,30 @@ class Scheduler:
             self.start()
         assert self.process is not None
         result = self.rollout.reconcile(self.process, now or self.now())
+        self._rows = Task.objects.using(self.using).count()
+        self._rows_check_at = time.monotonic() + ROWS_CHECK_EVERY
         # What reconciling read and planned is garbage now; at 100,000 tasks the pages it
         # used stayed resident for the process's life.
         release_freed_memory()
         # Definitions may now match ours: look at every due task again at once.
         self.claimer.forget_mismatches()
         return result
+
+    def _rows_deleted(self) -> bool:
+        """Whether task rows were deleted since the last count (at most once a minute)."""
+        if self._rows is None or time.monotonic() < self._rows_check_at:
+            return False
+        self._rows_check_at = time.monotonic() + ROWS_CHECK_EVERY
+        before, self._rows = self._rows, Task.objects.using(self.using).count()
+        if self._rows >= before:
+            return False
+        logger.warning(
+            "%d task row(s) were deleted while this scheduler ran; reconciling, so that every "
+            "task it declares has its row again",
+            before - self._rows,
+            extra={"action": "task_rows_deleted"},
+        )
+        return True
 
     def request_stop(self) -> None:
         """Stop claiming; `run()` then waits for running tasks and returns."""
@@ -392,7 +418,9 @@ class Scheduler:
         # After an outage every peer looks stale: judge none gone until they could beat.
         silent = self._silent_too_long() if judging else False
         if judging and (
-            self.rollout.peers_changed(self.process, peeked.others, self.now()) or silent
+            self.rollout.peers_changed(self.process, peeked.others, self.now())
+            or silent
+            or self._rows_deleted()
         ):
             self.reconcile(now)
             # Tasks deferred until now may be due: let the claim look at once.

@@ -146,6 +146,26 @@ def test_overlap_skip_records_the_skip_on_time_when_every_slot_is_busy(world):
     assert [r[1:3] for r in runs("slow")][-1] == ("succeeded", T0 + 3 * HOUR)
 
 
+def test_a_task_row_deleted_while_the_scheduler_runs_is_created_again(world, monkeypatch, caplog):
+    # Deleted in a shell while schedulers ran, a declared task never fired again (until the
+    # next start-up), and nothing said so.
+    from django_posixcron.scheduling import loop
+
+    world.settings({"victim": record("victim", "0 * * * *"), "fine": record("fine", "0 * * * *")})
+    monkeypatch.setattr(loop, "ROWS_CHECK_EVERY", 0.0)  # counted at every tick
+    world.start(T0)
+    world.scheduler.reconcile(T0)  # as runscheduler's start-up does: it counts the rows
+    world.tick(T0)
+    Task.objects.filter(name="victim").delete()
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        world.tick(T0 + HOUR)
+    assert "1 task row(s) were deleted while this scheduler ran" in caplog.text
+    assert task("victim").declared
+    # Created again in a minute its schedule matches: it fires at once (DESIGN 4.3).
+    assert runs("victim") == [("cron", "succeeded", T0 + HOUR)]
+    assert hits("fine") == 2
+
+
 def test_a_manual_request_fires_as_manual_at_the_next_tick(world):
     world.settings({"yearly": record("yearly", "0 0 1 1 *")})
     world.start(T0)
