@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Self
 from django.db import models, router
 from django.db.models import Q
 from django.db.models.base import ModelState
+from django.db.models.lookups import IsNull, LessThanOrEqual
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone as dj_timezone
 from django.utils.translation import gettext_lazy as _
@@ -78,6 +79,33 @@ def overdue_before(before: dt.datetime) -> Q:
     claimed yet. One rule for the queryset, the alerts and the metrics' per-row flag.
     """
     return Q(declared=True, paused=False, due_at__lt=before, updated_at__lt=before)
+
+
+# The instants due_at is the earliest of.
+CURSORS = ("next_run_at", "retry_at", "run_requested_at")
+
+
+def _earliest_of(operands: Iterable[Any]) -> Any:
+    """The earliest of `operands` (instants, None, or column expressions), NULLs ignored: an
+    instant when all are values, else an expression the database computes."""
+    values = [v for v in operands if v is not None]
+    instants = [v for v in values if isinstance(v, dt.datetime)]
+    columns = [v for v in values if not isinstance(v, dt.datetime)]
+    if not columns:
+        return min(instants, default=None)
+    field = models.DateTimeField()
+    operand_list: list[Any] = [models.Value(min(instants), output_field=field)] if instants else []
+    result, *rest = operand_list + columns
+    for other in rest:
+        # LEAST() is not portable with NULLs (PostgreSQL ignores them, MySQL returns NULL).
+        result = models.Case(
+            models.When(IsNull(result, True), then=other),
+            models.When(IsNull(other, True), then=result),
+            models.When(LessThanOrEqual(result, other), then=result),
+            default=other,
+            output_field=field,
+        )
+    return result
 
 
 def _at_most(now: dt.datetime, field: str) -> models.Case:
@@ -267,9 +295,14 @@ class Task(models.Model):
             and kwargs.get("using") in (None, self._state.db)
         ):
             changed = self.changed_fields()
-            if {"next_run_at", "retry_at", "run_requested_at"} & set(changed):
-                # "due_at = min(next_run_at, retry_at)": the claim reads only due_at.
-                self.due_at = self.compute_due_at()
+            if set(CURSORS) & set(changed):
+                # "due_at = min(next_run_at, retry_at)": the claim reads only due_at. From
+                # the values changed here and the columns' own for the others: a scheduler
+                # may have written those since this instance was read (a failure's retry),
+                # and a due_at from the stale ones would hold that retry back.
+                self.due_at = _earliest_of(
+                    getattr(self, name) if name in changed else models.F(name) for name in CURSORS
+                )
                 changed.append("due_at")
             if "paused" in changed:
                 # As pause() and resume(): the overdue clock counts from a resume, by the
@@ -282,6 +315,8 @@ class Task(models.Model):
             # Nothing changed: Django skips a save with empty update_fields, signals included.
             kwargs["update_fields"] = list(dict.fromkeys(changed))
         super().save(*args, **kwargs)
+        if isinstance(self.due_at, models.Expression):
+            self.refresh_from_db(fields=["due_at"])  # computed by the database
         # What was written is what the database holds; a field changed and not written
         # (left out of an explicit update_fields) stays changed for the next save().
         self._snapshot(kwargs.get("update_fields"))

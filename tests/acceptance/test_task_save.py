@@ -73,6 +73,42 @@ def test_moving_the_cursor_through_save_moves_due_at_with_it(world):
     assert runs("flaky") == []
 
 
+def test_moving_the_cursor_of_a_stale_instance_keeps_the_retry_due(world):
+    # due_at was computed from the instance's own (stale) retry_at: a retry the scheduler
+    # set after the instance was read was held back until the cursor's new time.
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    stale = task("flaky")  # loaded before the run: no retry
+    world.tick(T0)  # fails: a retry 5 minutes later
+
+    stale.next_run_at = T0 + 3 * HOUR
+    stale.save()
+
+    row = task("flaky")
+    assert row.next_run_at == T0 + 3 * HOUR
+    assert row.retry_at is not None
+    assert T0 + 5 * MINUTE <= row.retry_at < T0 + 6 * MINUTE
+    assert row.due_at == row.retry_at
+    assert stale.due_at == row.retry_at  # the instance holds what the database computed
+    world.tick(T0 + 6 * MINUTE)
+    assert [(trigger, status) for trigger, status, _ in runs("flaky")] == [
+        ("cron", "failed"),
+        ("retry", "failed"),
+    ]
+
+
+def test_clearing_a_request_on_a_stale_instance_keeps_the_cursor_due(world):
+    world.settings({"flaky": FAILING})
+    world.start(T0 - MINUTE)
+    Task.objects.filter(name="flaky").update(run_requested_at=T0 + 2 * HOUR)
+    stale = task("flaky")
+    Task.objects.filter(name="flaky").update(next_run_at=T0 + HOUR)  # moved meanwhile
+    stale.run_requested_at = None
+    stale.save()
+    row = task("flaky")
+    assert (row.run_requested_at, row.due_at) == (None, T0 + HOUR)
+
+
 def test_a_save_that_changes_nothing_writes_nothing(world):
     world.settings({"flaky": FAILING})
     world.start(T0 - MINUTE)
