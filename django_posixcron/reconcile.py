@@ -328,6 +328,19 @@ def _deferral(row: Task, wanted: str | None, holders: Sequence[Peer]) -> Deferre
     )
 
 
+# A changed field is named by its settings key, the name users know it by.
+SETTINGS_KEYS = {"callable_path": "callable"}
+
+
+def _shown(value: object) -> str:
+    """A definition value as settings spell it: seconds for a delay, "none" for no value."""
+    if isinstance(value, dt.timedelta):
+        return f"{value.total_seconds():g} s"
+    if value is None:
+        return "none"
+    return repr(value)
+
+
 def _update(
     row: Task, declaration: TaskDeclaration, now: dt.datetime, *, in_place: bool
 ) -> Change | None:
@@ -342,7 +355,8 @@ def _update(
     if not changed and not recursor:
         return None
     details = [
-        f"{field} {getattr(row, field)!r} -> {getattr(declaration, field)!r}"
+        f"{SETTINGS_KEYS.get(field, field)} {_shown(getattr(row, field))} -> "
+        f"{_shown(getattr(declaration, field))}"
         for field in changed
         if field != "definition_hash"
     ]

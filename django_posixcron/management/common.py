@@ -69,7 +69,9 @@ def non_negative_float(value: str) -> float:
     """Parse a number of seconds, zero allowed."""
     number: float = _number(value, float, "a number of seconds")
     if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, zero or more, got {value!r}"
+        )
     return number
 
 

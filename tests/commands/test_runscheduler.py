@@ -38,7 +38,8 @@ def run(*args: str) -> str:
         (["--poll-interval", "soon"], "expected a number of seconds"),
         (["--concurrency", "0"], "must be at least 1"),
         (["--concurrency", "2.5"], "expected a whole number"),
-        (["--grace", "-1"], "must be zero or more seconds"),
+        (["--grace", "-1"], "must be a finite number of seconds, zero or more"),
+        (["--grace", "inf"], "must be a finite number of seconds, zero or more, got 'inf'"),
     ],
 )
 def test_bad_arguments_are_refused(args, message):

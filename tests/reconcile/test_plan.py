@@ -209,3 +209,15 @@ def test_rows_are_left_as_they_were_unless_planned_in_place():
     assert [c.task for c in in_place.changes] == rows
     assert in_place.lines() == result.lines()
     assert [_stored(c.task) for c in in_place.changes] == [_stored(c.task) for c in result.changes]
+
+
+def test_a_changed_definition_is_worded_as_settings_spell_it():
+    # The plan printed "retry_delay datetime.timedelta(seconds=300) -> ..." and
+    # "callable_path ...": Python's reprs and the column's name, not the settings key.
+    rows = rows_after(declare(a=task(retry_delay=300)))
+    changed = declare(a=task(callable="tests.testapp.jobs.fail", retry_delay=60, timeout=600))
+    [change] = plan(changed, rows, NOW).update
+    assert "callable 'tests.testapp.jobs.noop' -> 'tests.testapp.jobs.fail'" in change.line
+    assert "retry_delay 300 s -> 60 s" in change.line
+    assert "timeout none -> 600 s" in change.line
+    assert "datetime" not in change.line

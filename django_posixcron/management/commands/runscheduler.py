@@ -101,7 +101,8 @@ class Command(BaseCommand):
             type=non_negative_float,
             default=25.0,
             metavar="S",
-            help="On SIGTERM/SIGINT, seconds to wait for running tasks (default: 25).",
+            help="On SIGTERM/SIGINT, seconds to wait for running tasks (default: 25, inside "
+            "Kubernetes' 30 s; give the supervisor's stop timeout this plus 15 s).",
         )
         parser.add_argument(
             "--executor",
