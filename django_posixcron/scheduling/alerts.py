@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connections, transaction
@@ -172,7 +173,8 @@ def give_back(abandoned: list[tuple[Any, dict[str, Any]]], using: str) -> None:
     At shutdown, signals still queued when the receivers' time ran out were won here: their
     episodes are marked signalled, and no other scheduler would ever send them. An overdue
     episode is forgotten, so the next look of any scheduler sends it; a failing episode is
-    unmarked, so the writer of the task's next failure sends it (as after a forced exit).
+    unmarked, so the next look for owed ones sends it (signal_owed_failing(), as after a
+    forced exit).
     run_lost and run_finished have no episode to give back: the warning names them.
     """
     overdue = [
@@ -185,6 +187,43 @@ def give_back(abandoned: list[tuple[Any, dict[str, Any]]], using: str) -> None:
         Task.objects.using(using).filter(pk__in=failing, failing_signalled=True).update(
             failing_signalled=False
         )
+
+
+def signal_owed_failing(
+    using: str, notifier: Notifier, failing_after: int, pause_after: Mapping[str, int]
+) -> list[Task]:
+    """Send task_failing for the failing episodes nobody sent; return their tasks.
+
+    The writer of the failure that starts an episode sends it, marking it signalled in the
+    same transaction. An episode whose signal was given back at a shutdown, or that a forced
+    exit left unmarked, is owed: left to the writer of the task's next failure, a task paused
+    by its failures (which never fails again) was never paged about. Any live scheduler sends
+    it, once: a conditional UPDATE wins it, as the writer's lock does.
+    """
+    threshold = min([failing_after, *pause_after.values()])
+    candidates = Task.objects.using(using).filter(
+        declared=True, failing_signalled=False, consecutive_failures__gte=threshold
+    )
+    sent = []
+    for task in candidates:
+        failures = task.consecutive_failures
+        paused_by_failures = task.paused and failures >= pause_after.get(task.name, failures + 1)
+        if failures < failing_after and not paused_by_failures:
+            continue
+        won = Task.objects.using(using).filter(pk=task.pk, failing_signalled=False)
+        if not won.update(failing_signalled=True):
+            continue  # another scheduler, or the writer of a new failure, sent it
+        logger.warning(
+            "task %s is failing (%d failed runs in a row%s); sending the alert its last "
+            "failure's scheduler did not send",
+            task.name,
+            failures,
+            ", paused" if task.paused else "",
+            extra={"action": "failing_owed", "task": task.name},
+        )
+        notifier.send(task_failing, task=task, failures=failures, paused=task.paused)
+        sent.append(task)
+    return sent
 
 
 def prune_ended_episodes(using: str) -> int:

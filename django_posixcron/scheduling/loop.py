@@ -67,6 +67,9 @@ RECEIVERS_DRAIN = 10.0
 # someone deleted some (a shell, a data migration, a test's teardown), maybe of tasks this
 # process declares, which would then never fire again until the next start-up.
 ROWS_CHECK_EVERY = 60.0
+# How often the loop looks for failing episodes whose alert nobody sent (a shutdown gave it
+# back, a forced exit left it unmarked): alerts.signal_owed_failing(). First at start-up.
+OWED_CHECK_EVERY = 60.0
 
 
 class Outage:
@@ -221,6 +224,7 @@ class Scheduler:
         # The task rows counted at the last reconcile or check (see ROWS_CHECK_EVERY).
         self._rows: int | None = None
         self._rows_check_at = 0.0
+        self._owed_check_at = 0.0
 
     # -- clocks and lifecycle ---------------------------------------------------------------
 
@@ -436,6 +440,12 @@ class Scheduler:
             # the loop wakes for them instead of sleeping until the next poll.
             next_due = result.next_due_at = earliest(
                 next_due, *(now + run.task.retry_delay for run in result.lost + result.timed_out)
+            )
+        if judging and time.monotonic() >= self._owed_check_at:
+            self._owed_check_at = time.monotonic() + OWED_CHECK_EVERY
+            conf = get_settings()
+            alerts.signal_owed_failing(
+                self.using, self.notifier, conf.failing_after, conf.pause_after_failures
             )
         if peeked.overdue and overdue_before is not None:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)

@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +23,7 @@ from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
 from django_posixcron.scheduling.compiled import locked_rows
 from django_posixcron.scheduling.counting import count_runs
-from django_posixcron.signals import run_finished, run_lost, task_failing
+from django_posixcron.signals import run_finished, run_lost, task_failing, task_overdue
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = logging.getLogger("django_posixcron.scheduler.outcomes")
@@ -90,66 +91,44 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
             )
 
 
-class Notifier:
-    """Send run_finished and the alert signals from a thread of its own once started.
+# The signals of the alert thread (see Notifier).
+ALERTS = frozenset({task_overdue, run_lost, task_failing})
 
-    "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
-    the heartbeat." A scheduler driven by tick() alone (tests, the benchmark) has no thread
-    and sends inline, so what it sent is visible when tick() returns.
-    """
 
-    def __init__(self) -> None:
+class _Lane:
+    """One queue of signals and the thread that sends them, in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
         self._queue: queue.SimpleQueue[tuple[Any, dict[str, Any]] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
         self._pending = 0
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._serve, name="posixcron-signals", daemon=True
-            )
-            self._thread.start()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+            self.thread.start()
 
-    def finished(self, run: Run) -> None:
-        # Nobody listening: nothing to hand to the signal thread (a queue item and a thread
-        # switch per run in a burst).
-        if run_finished.has_listeners():
-            self.send(run_finished, run=run)
-
-    def send(self, sig: Any, **kwargs: Any) -> None:
-        """Send `sig` with `kwargs` off the loop thread (inline when there is no thread)."""
-        if self._thread is None:
-            send_robust(sig, **kwargs)
-            return
+    def put(self, sig: Any, kwargs: dict[str, Any]) -> None:
         with self._lock:
             self._pending += 1
             self._idle.clear()
         self._queue.put((sig, kwargs))
 
-    def stop(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
-        """Send what is queued (waiting up to `timeout`), then end the thread.
-
-        Return the signals still queued when the time ran out, taken off the queue so this
-        process never sends them: the shutdown gives their episodes back to the fleet.
-        """
-        thread, self._thread = self._thread, None
-        if thread is None:
+    def drain(self, deadline: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Wait until `deadline` (monotonic) for the queue to empty, then end the thread;
+        return what was still queued, taken off the queue so that it is never sent."""
+        if self.thread is None:
             return []
+        self.thread = None
         abandoned: list[tuple[Any, dict[str, Any]]] = []
-        if not self._idle.wait(timeout):
+        if not self._idle.wait(max(0.0, deadline - time.monotonic())):
             with contextlib.suppress(queue.Empty):
                 while (item := self._queue.get_nowait()) is not None:
                     abandoned.append(item)
-            logger.warning(
-                "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
-                timeout,
-                len(abandoned),
-                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned) or "none queued",
-                extra={"action": "signals_abandoned"},
-            )
         self._queue.put(None)
         return abandoned
 
@@ -165,6 +144,64 @@ class Notifier:
                         # Receivers may query; their connection must not outlive the burst.
                         close_old_connections()
         connections.close_all()
+
+
+class Notifier:
+    """Send the run and alert signals from threads of their own once started.
+
+    "Receivers run off the loop thread; a slow or failing receiver delays neither claims nor
+    the heartbeat." The alerts (task_overdue, run_lost, task_failing) have a thread of their
+    own: behind one queue, a slow run_finished receiver (a chat post per run) held every page
+    back, by minutes after a few of them, and a shutdown then dropped them. A scheduler driven
+    by tick() alone (tests, the benchmark) has no thread and sends inline, so what it sent is
+    visible when tick() returns.
+    """
+
+    def __init__(self) -> None:
+        self._runs = _Lane("posixcron-signals")
+        self._alerts = _Lane("posixcron-alerts")
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True
+        self._runs.start()
+        self._alerts.start()
+
+    def finished(self, run: Run) -> None:
+        # Nobody listening: nothing to hand to the signal thread (a queue item and a thread
+        # switch per run in a burst).
+        if run_finished.has_listeners():
+            self.send(run_finished, run=run)
+
+    def send(self, sig: Any, **kwargs: Any) -> None:
+        """Send `sig` with `kwargs` off the loop thread (inline when there is no thread)."""
+        if not self._started:
+            send_robust(sig, **kwargs)
+            return
+        lane = self._alerts if sig in ALERTS else self._runs
+        lane.put(sig, kwargs)
+
+    def stop(self, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Send what is queued (waiting up to `timeout`), then end the threads.
+
+        Return the signals still queued when the time ran out, taken off the queues so this
+        process never sends them: the shutdown gives their episodes back to the fleet.
+        """
+        if not self._started:
+            return []
+        self._started = False
+        deadline = time.monotonic() + timeout
+        # Both drain at once: the alerts do not wait for the runs' receivers.
+        abandoned = self._alerts.drain(deadline) + self._runs.drain(deadline)
+        if abandoned:
+            logger.warning(
+                "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
+                timeout,
+                len(abandoned),
+                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned),
+                extra={"action": "signals_abandoned"},
+            )
+        return abandoned
 
 
 def _describe(sig: Any, kwargs: dict[str, Any]) -> str:

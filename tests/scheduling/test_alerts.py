@@ -22,6 +22,7 @@ from tests.factories import SchedulerProcessFactory
 from tests.harness.locks import task_row_held
 from tests.harness.signals import blocking_receiver
 from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -394,3 +395,46 @@ def test_alerts_a_stopping_scheduler_could_not_send_are_given_back_to_the_fleet(
     sent = alerts.signal_overdue(late, app_alias(), peer.notifier)
     assert [t.name for t in sent] == [left]
     assert not Task.objects.get(pk=failing.pk).failing_signalled
+
+
+def test_a_failing_episode_given_back_for_a_paused_task_is_sent_by_the_next_scheduler(
+    tasks, make_scheduler, settings, received, caplog
+):
+    """Given back at a shutdown, the episode was left to "the writer of the task's next
+    failure": a task paused by its failures never fails again, and nobody was paged."""
+    failing_task(tasks, settings, pause_after_failures=2)
+    fail_until_paused(make_scheduler(), "flaky", ticks=5)
+    task = Task.objects.get(name="flaky")
+    assert task.paused
+    assert task.failing_signalled
+    received["failing"].clear()
+    # What a shutdown does with the task_failing its receivers had no time for.
+    alerts.give_back([(task_failing, {"task": task, "failures": 2, "paused": True})], app_alias())
+
+    peer = make_scheduler()
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        peer.tick(T0 + 2 * HOUR)
+        peer.tick(T0 + 3 * HOUR)
+    assert [(s["task"].name, s["failures"], s["paused"]) for s in received["failing"]] == [
+        ("flaky", 2, True)
+    ]
+    assert Task.objects.get(name="flaky").failing_signalled
+    assert "task flaky is failing (2 failed runs in a row, paused)" in caplog.text
+
+
+def test_a_slow_run_finished_receiver_does_not_hold_the_alerts_back(received):
+    """Behind one queue, each slow run_finished receiver (a chat post per run) held every
+    page back, by minutes after a few runs, and a shutdown then dropped them."""
+    from django_posixcron.signals import run_finished
+
+    notifier = Notifier()
+    notifier.start()
+    try:
+        with blocking_receiver(run_finished) as entered:
+            notifier.send(run_finished, run=None)
+            assert entered.wait(30)  # the run receiver is busy
+            notifier.send(task_overdue, task=None, due_at=T0)
+            wait_until(lambda: received["overdue"], 10, "the alert, while run_finished is busy")
+            assert received["overdue"] == [{"task": None, "due_at": T0}]
+    finally:
+        notifier.stop(5)
