@@ -82,11 +82,13 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
         kwargs["run"] = run
     for receiver, result in sig.send_robust(sender=Scheduler, **kwargs):
         if isinstance(result, BaseException):
+            # Django's send_robust() has logged the traceback ("django.dispatch"), without
+            # saying which signal, task or run: this line says, without a second traceback.
             logger.error(
-                "signal receiver %r raised %r; ignored",
-                receiver,
+                "receiver %s of %s raised %r; ignored (traceback under django.dispatch)",
+                getattr(receiver, "__qualname__", repr(receiver)),
+                _describe(sig, kwargs),
                 result,
-                exc_info=result,
                 extra={"action": "signal_receiver_error"},
             )
 

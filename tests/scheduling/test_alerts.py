@@ -438,3 +438,26 @@ def test_a_slow_run_finished_receiver_does_not_hold_the_alerts_back(received):
             assert received["overdue"] == [{"task": None, "due_at": T0}]
     finally:
         notifier.stop(5)
+
+
+def test_a_raising_receiver_is_named_with_its_signal_and_task_and_one_traceback(tasks, caplog):
+    """It was logged twice with a traceback each (Django's line and ours), and neither said
+    which signal, task or run: a receiver connected to five signals could not be told apart."""
+
+    def boom(sender: object, **kwargs: Any) -> None:
+        raise RuntimeError("receiver boom")
+
+    task = tasks("flaky")
+    task_failing.connect(boom, weak=False)
+    try:
+        with caplog.at_level(logging.ERROR):
+            Notifier().send(task_failing, task=task, failures=3, paused=False)
+    finally:
+        task_failing.disconnect(boom)
+    ours = [r for r in caplog.records if getattr(r, "action", "") == "signal_receiver_error"]
+    assert [r.getMessage() for r in ours] == [
+        "receiver test_a_raising_receiver_is_named_with_its_signal_and_task_and_one_traceback."
+        "<locals>.boom of task_failing(task=flaky) raised RuntimeError('receiver boom'); "
+        "ignored (traceback under django.dispatch)"
+    ]
+    assert [r.name for r in caplog.records if r.exc_info] == ["django.dispatch"]
