@@ -120,14 +120,18 @@ class _Lane:
             self._idle.clear()
         self._queue.put((sig, kwargs))
 
-    def drain(self, deadline: float) -> list[tuple[Any, dict[str, Any]]]:
-        """Wait until `deadline` (monotonic) for the queue to empty, then end the thread;
-        return what was still queued, taken off the queue so that it is never sent."""
+    def drain(self, deadline: float) -> list[tuple[Any, dict[str, Any]]] | None:
+        """Wait until `deadline` (monotonic) for the queue to empty, then end the thread.
+
+        Return None if it emptied, else what was still queued (taken off the queue so that
+        it is never sent; empty when only a receiver still running was left).
+        """
         if self.thread is None:
-            return []
+            return None
         self.thread = None
-        abandoned: list[tuple[Any, dict[str, Any]]] = []
+        abandoned: list[tuple[Any, dict[str, Any]]] | None = None
         if not self._idle.wait(max(0.0, deadline - time.monotonic())):
+            abandoned = []
             with contextlib.suppress(queue.Empty):
                 while (item := self._queue.get_nowait()) is not None:
                     abandoned.append(item)
@@ -193,14 +197,15 @@ class Notifier:
             return []
         self._started = False
         deadline = time.monotonic() + timeout
-        # Both drain at once: the alerts do not wait for the runs' receivers.
-        abandoned = self._alerts.drain(deadline) + self._runs.drain(deadline)
-        if abandoned:
+        # One deadline for both: the time left after the alerts' receivers is the runs'.
+        alerts, runs = self._alerts.drain(deadline), self._runs.drain(deadline)
+        abandoned = (alerts or []) + (runs or [])
+        if alerts is not None or runs is not None:  # a receiver was still busy
             logger.warning(
                 "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
                 timeout,
                 len(abandoned),
-                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned),
+                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned) or "none queued",
                 extra={"action": "signals_abandoned"},
             )
         return abandoned
