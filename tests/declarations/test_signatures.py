@@ -68,13 +68,15 @@ def test_a_missing_module_keeps_the_import_error():
 
 def test_a_keyword_for_a_positional_only_parameter_says_so():
     path = f"{JOBS}.positional_only"
-    assert only_problem(callable=path, kwargs={"a": 1}) == (
-        "posixcron.E013",
-        f"{CALLABLE} = {path!r} cannot be called with the declared kwargs {{'a': 1}}: 'a' "
-        "parameter is positional only, but was passed as a keyword.",
-        "Make the kwargs match the signature positional_only(a: 'int', /, b: 'int' = 2) -> "
-        "'None'. 'a' is positional-only: kwargs are passed by keyword. Declare a function "
-        "that takes it by keyword and passes it on by position.",
+    check_id, msg, hint = only_problem(callable=path, kwargs={"a": 1})
+    assert check_id == "posixcron.E013"
+    # Python's own words follow the colon; they differ between versions.
+    assert msg.startswith(f"{CALLABLE} = {path!r} cannot be called with the declared kwargs ")
+    assert "positional" in msg
+    assert hint.startswith("Make the kwargs match the signature positional_only(a: 'int', /")
+    assert hint.endswith(
+        "'a' is positional-only: kwargs are passed by keyword. Declare a function that takes "
+        "it by keyword and passes it on by position."
     )
 
 
