@@ -13,6 +13,7 @@ from django.db import connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
+from tests.harness.charsets import utf8mb3_columns
 from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
 from tests.testapp.jobs import GATES
 
@@ -343,22 +344,9 @@ def test_an_error_message_with_a_lone_surrogate_is_recorded_escaped(world):
 
 @pytest.fixture
 def utf8mb3_error_columns():
-    """On MySQL, make the run's error and traceback columns utf8mb3 (a project whose tables
-    or connection use MySQL's 3-byte utf8, Django's default connection charset)."""
-    if connection.vendor != "mysql":
-        pytest.skip("MySQL's utf8mb3")
-    table = Run._meta.db_table
-
-    def columns(charset: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"ALTER TABLE {table} MODIFY error LONGTEXT CHARACTER SET {charset} NOT NULL, "
-                f"MODIFY traceback LONGTEXT CHARACTER SET {charset} NOT NULL"
-            )
-
-    columns("utf8mb3")
-    yield
-    columns("utf8mb4")
+    """On MySQL, the run's error and traceback columns in MySQL's 3-byte utf8."""
+    with utf8mb3_columns(Run, "error", "traceback"):
+        yield
 
 
 def test_an_emoji_a_utf8mb3_column_refuses_is_recorded_escaped(world, utf8mb3_error_columns):

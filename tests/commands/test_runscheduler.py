@@ -11,6 +11,7 @@ from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection, connections
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.harness.charsets import utf8mb3_columns
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -253,16 +254,6 @@ def test_a_value_the_database_refuses_at_start_up_is_an_error_not_an_outage(posi
     # MySQL refuses an emoji in a utf8mb3 column with error 1366, an OperationalError: the
     # start-up took it for an outage and waited for the database forever, logging
     # "database unavailable".
-    if connection.vendor != "mysql":
-        pytest.skip("MySQL's utf8mb3")
-    table = Task._meta.db_table
-
-    def column(charset: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"ALTER TABLE {table} MODIFY description LONGTEXT CHARACTER SET {charset} NOT NULL"
-            )
-
     posixcron(
         {
             "emoji": {
@@ -272,9 +263,8 @@ def test_a_value_the_database_refuses_at_start_up_is_an_error_not_an_outage(posi
             }
         }
     )
-    column("utf8mb3")
-    try:
-        with pytest.raises(CommandError, match=r"The database refused the start-up: .*1366"):
-            run("--once")
-    finally:
-        column("utf8mb4")
+    with (
+        utf8mb3_columns(Task, "description"),
+        pytest.raises(CommandError, match=r"The database refused the start-up: .*1366"),
+    ):
+        run("--once")
