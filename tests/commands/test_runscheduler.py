@@ -201,6 +201,38 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     assert len(queries) <= 2  # the first hundred, and the count past them
 
 
+@pytest.mark.django_db(transaction=True)  # MariaDB commits around DDL
+def test_the_start_up_summary_survives_the_database_going_away_after_start_up(posixcron):
+    """Between a finished start-up and its summary, the task table can become unreadable.
+
+    CI saw it: the process died with a traceback from the summary's query; the summary is
+    only informative, so it says so and the loop (which waits outages out) goes on.
+    """
+    from django_posixcron.management.commands.runscheduler import Command
+    from django_posixcron.reconcile import reconcile
+    from django_posixcron.scheduler import Scheduler
+
+    posixcron({"nightly": {"schedule": "0 3 * * *", "callable": "tests.testapp.jobs.noop"}})
+    reconcile()
+    scheduler = Scheduler(grace=0)
+    scheduler.start()
+    table = Task._meta.db_table
+    out = io.StringIO()
+    with connection.schema_editor() as editor:
+        editor.alter_db_table(Task, table, f"{table}_away")
+    try:
+        Command(stdout=out)._summary(scheduler, "the database")
+    finally:
+        with connection.schema_editor() as editor:
+            editor.alter_db_table(Task, f"{table}_away", table)
+        scheduler.shutdown()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("django-posixcron scheduler ")
+    assert lines[1].startswith("The task list could not be read: "), lines
+    assert table in lines[1]
+    assert len(lines) == 2
+
+
 @pytest.mark.parametrize("zone", ["Europe", "No/Such_Zone"])
 def test_the_start_up_summary_survives_a_stored_zone_this_host_cannot_load(posixcron, zone):
     from django_posixcron.management.commands.runscheduler import Command

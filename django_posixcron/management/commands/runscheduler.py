@@ -253,9 +253,17 @@ class Command(BaseCommand):
         # The first SUMMARY_TASKS only, read as plain values: a project declaring 100,000
         # tasks got 100,000 lines, and the model instances to print them took 150 MiB that
         # the process kept for the rest of its life.
-        rows = declared.order_by("name").values_list(
+        first = declared.order_by("name").values_list(
             "name", "schedule", "paused", "due_at", "timezone"
         )[:SUMMARY_TASKS]
+        try:
+            # Fetched whole here: the database can go away between the start-up and this
+            # line (a restart, a dropped table), and the summary is only informative: the
+            # loop that follows waits such an outage out and logs it.
+            rows = list(first)
+        except DatabaseError as exc:
+            write(f"The task list could not be read: {one_line(exc)}")
+            return
         shown, now = 0, scheduler.now()
         for name, schedule, paused, due_at, timezone in rows:
             if paused:
@@ -276,5 +284,10 @@ class Command(BaseCommand):
             shown += 1
         if not shown:
             write("No tasks declared in settings.POSIXCRON['TASKS'].")
-        elif shown == SUMMARY_TASKS and (more := declared.count() - shown) > 0:
-            write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
+        elif shown == SUMMARY_TASKS:
+            try:
+                more = declared.count() - shown
+            except DatabaseError:
+                more = 0  # the loop logs the outage; "more" is not worth failing for
+            if more > 0:
+                write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
