@@ -446,5 +446,8 @@ def fork_and_terminate(path: str, task_name: str = "forks") -> None:
     _, status = os.waitpid(pid, 0)
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(abs, [-1, -2]) == [1, 2]
-    Path(path).write_text(str(os.waitstatus_to_exitcode(status)))
+    # Whole or not at all: the test reads the file as soon as it exists, and write_text()
+    # creates it empty before writing.
+    Path(f"{path}.tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+    os.replace(f"{path}.tmp", path)
     Hit.objects.create(task_name=task_name)
