@@ -7,7 +7,6 @@ executing after the run is recorded as ended".
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -17,23 +16,12 @@ from typing import Any
 import pytest
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import Child, Schedulers, task
+from tests.harness.processes import Child, Schedulers, running, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PROCESS = ("--executor", "process")
-
-
-def alive(pid: int) -> bool:
-    """Return True while `pid` runs (a zombie, dead but not yet reaped, does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def spawner(folder: Path, seconds: float) -> dict[str, Any]:
@@ -79,7 +67,7 @@ def test_a_second_sigterm_kills_the_run_and_its_processes_before_exiting(
 
     # SIGKILL is delivered at once, but a grandchild may take a moment to die.
     schedulers.wait_for(
-        lambda: not [pid for pid in pids if alive(pid)],
+        lambda: not [pid for pid in pids if running(pid)],
         timeout=1,
         what="the run's processes to be gone",
     )
@@ -107,7 +95,7 @@ def test_the_end_of_the_grace_stops_the_run_and_its_processes(
     assert time.monotonic() - stopped_at < 1 + 5 + 2, schedulers.outputs()
 
     schedulers.wait_for(
-        lambda: not [pid for pid in pids if alive(pid)],
+        lambda: not [pid for pid in pids if running(pid)],
         timeout=1,
         what="the run's processes to be gone",
     )
@@ -125,7 +113,7 @@ def test_a_killed_scheduler_leaves_no_run_executing(schedulers: Schedulers, tmp_
     child.kill()
 
     schedulers.wait_for(
-        lambda: not [pid for pid in pids if alive(pid)],
+        lambda: not [pid for pid in pids if running(pid)],
         timeout=4,
         what="the run's processes to end with their scheduler",
     )

@@ -7,7 +7,6 @@ bounded by a statement timeout, and exits."
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -18,7 +17,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
-from tests.harness.processes import Schedulers, only_on, task, utcnow
+from tests.harness.processes import Schedulers, only_on, running, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -74,14 +73,9 @@ def test_a_forced_exit_kills_the_process_executors_child(
 
     assert force_exit(schedulers, scheduler) < FORCED_EXIT_WITHIN, schedulers.outputs()
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    schedulers.wait_for(gone, timeout=5, what=f"the run's process {pid} to be gone")
+    schedulers.wait_for(
+        lambda: not running(pid), timeout=5, what=f"the run's process {pid} to be gone"
+    )
     release.touch()  # a child still running would now record its end
     run = Run.objects.get()
     assert run.status == RunStatus.INTERRUPTED, schedulers.outputs()

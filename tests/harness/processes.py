@@ -10,6 +10,7 @@ output of every child is attached to a failure.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -305,6 +306,21 @@ def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
         yield harness
     finally:
         harness.close()
+
+
+def running(pid: int) -> bool:
+    """Return True while `pid` runs: a zombie (dead, not yet reaped) does not count.
+
+    A run's process outlived by its watcher is reaped by init, whenever init gets to it
+    (seconds later on some hosts, never on others): it is gone once it no longer executes.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
 
 
 def utcnow() -> dt.datetime:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import os
 import threading
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.executors import ProcessExecutor, TaskCodeError
 from django_posixcron.models import Run, RunStatus
+from tests.harness.processes import running
 from tests.harness.tasks import T0
 from tests.harness.waiting import wait_until
 
@@ -41,18 +41,6 @@ def test_outcomes_come_back_from_the_child(tasks, make_scheduler, path, status, 
         assert "Traceback" in run.traceback
 
 
-def alive(pid: int) -> bool:
-    """Return True while `pid` runs (a zombie, dead but not yet reaped, does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    with contextlib.suppress(OSError):
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
-
-
 def started_pids(folder: Path) -> list[int]:
     marker = folder / "started"
     return [int(pid) for pid in marker.read_text().split()] if marker.exists() else []
@@ -76,7 +64,7 @@ def test_a_timeout_stops_the_run_and_the_processes_it_started(tasks, make_schedu
     # outcome is written then (here by wait_idle, in the loop by its next tick).
     assert scheduler.wait_idle(10)
     assert not executor._children
-    wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the whole group to be gone")
+    wait_until(lambda: not any(running(pid) for pid in pids), 10, "the whole group to be gone")
     assert not (tmp_path / "finished").exists()
     run.refresh_from_db()
     assert run.status == RunStatus.TIMED_OUT
@@ -181,7 +169,7 @@ def test_kill_all_kills_every_group_at_once(tmp_path):
 
     assert time.monotonic() - began < 2
     # SIGKILL is delivered at once, but a grandchild may take a moment to die.
-    wait_until(lambda: not any(alive(pid) for pid in pids), 1, "every process to be gone")
+    wait_until(lambda: not any(running(pid) for pid in pids), 1, "every process to be gone")
     assert executor.wait_idle(5)
     assert not any((folder / "finished").exists() for folder in folders)
 
