@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import zoneinfo
 from typing import TYPE_CHECKING
+
+from django_posixcron.timing import in_zone
 
 if TYPE_CHECKING:
     from django_posixcron.models import Run
@@ -35,13 +36,14 @@ class RunContext:
     def of(cls, run: Run, timezone: str | None = None) -> RunContext:
         """Return the context of a claimed run (its task loaded), in `timezone`: the zone of
         the declaration that runs it (the row's, by default)."""
-        zone = zoneinfo.ZoneInfo(timezone or run.task.timezone)
+        zone = timezone or run.task.timezone
         occurrence = run.occurrence if run.occurrence is not None else run.scheduled_for
         return cls(
             task_name=run.task.name,
             run_id=run.pk,
             trigger=str(run.trigger),
-            scheduled_for=run.scheduled_for.astimezone(zone),
-            occurrence=occurrence.astimezone(zone),
+            # in_zone keeps the fold of a repeated hour where astimezone() may not.
+            scheduled_for=in_zone(run.scheduled_for, zone),
+            occurrence=in_zone(occurrence, zone),
             attempt=run.attempt,
         )

@@ -29,7 +29,7 @@ from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.deployments import Peer, live_peers
 from django_posixcron.models import SchedulerProcess, Task
 from django_posixcron.scheduling import bulk
-from django_posixcron.timing import first_cursor, zone
+from django_posixcron.timing import first_cursor, in_zone
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def _iso(instant: dt.datetime | None, tz: str) -> str:
     if instant is None:
         return "never"
     try:
-        return instant.astimezone(zone(tz)).isoformat()
+        return in_zone(instant, tz).isoformat()
     except (ValueError, LookupError):
         return instant.isoformat()
 

@@ -28,9 +28,21 @@ def zone(name: str) -> ZoneInfo:
         raise ZoneInfoNotFoundError(name) from exc
 
 
+def in_zone(instant: dt.datetime, tz: str) -> dt.datetime:
+    """Return the aware `instant` as the wall time of zone `tz`, `fold` set.
+
+    Through the zone's own fromutc() rather than astimezone(): freezegun's datetime (what
+    timezone.now() returns in a project's tests under freeze_time) rebuilds astimezone()'s
+    result without its `fold`, so the second pass of a repeated hour read as the first, an
+    hour earlier, and a task created then got a cursor in the past (it fired at once).
+    """
+    local = zone(tz)
+    return local.fromutc(instant.astimezone(UTC).replace(tzinfo=local))
+
+
 def next_occurrence(schedule: str, tz: str, after: dt.datetime) -> dt.datetime:
     """Return the first occurrence strictly after `after` (aware), as a UTC instant."""
-    local = after.astimezone(zone(tz))
+    local = in_zone(after, tz)
     return expression(schedule).next_after(local).astimezone(UTC)
 
 
@@ -49,7 +61,7 @@ def first_cursor(schedule: str, tz: str, now: dt.datetime) -> dt.datetime:
 def occurrences(schedule: str, tz: str, after: dt.datetime, count: int) -> list[dt.datetime]:
     """Return the next `count` occurrences strictly after `after`, as aware datetimes in `tz`."""
     result: list[dt.datetime] = []
-    current = after.astimezone(zone(tz))
+    current = in_zone(after, tz)
     expr = expression(schedule)
     for _ in range(count):
         current = expr.next_after(current)

@@ -260,6 +260,34 @@ def test_cursor_rule_at_the_exact_minute_boundary(frozen, expected, posixcron):
     assert Task.objects.get(name="nightly-report").next_run_at == expected
 
 
+@pytest.mark.parametrize(
+    ("schedule", "frozen", "expected"),
+    [
+        # Spring forward in Berlin (02:00 -> 03:00 on 29 March 2026): 02:30 fires at 03:00, the
+        # first instant after the gap, so a task created in that minute fires at once...
+        ("30 2 * * *", "2026-03-29 01:00:20", dt.datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
+        # ... and one created a minute later waits for the next day's 02:30 (+02:00).
+        ("30 2 * * *", "2026-03-29 01:01:20", dt.datetime(2026, 3, 30, 0, 30, tzinfo=UTC)),
+        # Fall back (03:00 -> 02:00 on 25 October 2026): created in the second 02:30 (+01:00),
+        # a fixed-time task does not fire; its occurrence was the first pass (+02:00).
+        ("30 2 * * *", "2026-10-25 01:30:20", dt.datetime(2026, 10, 26, 1, 30, tzinfo=UTC)),
+        # An elapsed-time schedule fires in both passes: the wall minute decides.
+        ("30 * * * *", "2026-10-25 01:30:20", dt.datetime(2026, 10, 25, 1, 30, tzinfo=UTC)),
+    ],
+)
+def test_cursor_rule_on_days_the_clocks_change(schedule, frozen, expected, posixcron):
+    """docs/running.rst, "First start": the current minute is judged by the DST rule.
+
+    Under freeze_time, as a project's own tests run it: freezegun's datetime dropped `fold`
+    when converted to the task's zone, and the second 02:30 read as the first, an hour
+    earlier, so the task got a cursor in the past and fired at once.
+    """
+    posixcron({"berlin": task(schedule, timezone="Europe/Berlin")})
+    with freeze_time(frozen):
+        reconcile()
+    assert Task.objects.get(name="berlin").next_run_at == expected
+
+
 def test_schedule_change_at_boundary_fires_now_only_in_matching_minute(posixcron):
     posixcron({"a": task("0 3 * * *")})
     with freeze_time("2030-01-07 03:14:30"):
