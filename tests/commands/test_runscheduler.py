@@ -204,7 +204,6 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
     assert len(queries) <= 2  # the first hundred, and the count past them
 
 
-@pytest.mark.django_db(transaction=True)  # MariaDB commits around DDL
 def test_the_start_up_summary_survives_the_database_going_away_after_start_up(posixcron):
     """Between a finished start-up and its summary, the task table can become unreadable.
 

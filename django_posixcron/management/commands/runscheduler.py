@@ -239,31 +239,32 @@ class Command(BaseCommand):
             )
 
     def _summary(self, scheduler: Any, database: str) -> None:
-        from django_posixcron.models import Task
-        from django_posixcron.timing import zone
-
         assert scheduler.process is not None
-        write = self.stdout.write
-        write(
+        self.stdout.write(
             f"django-posixcron scheduler {socket.gethostname()}:{os.getpid()} on {database}; "
             f"poll every {scheduler.poll_interval:g} s, {scheduler.concurrency} at once, "
             f"history {get_settings().history_days} days."
         )
+        try:
+            self._list_tasks(scheduler)
+        except DatabaseError as exc:
+            # The database can go away between the start-up and this line (a restart, a
+            # dropped table), and the summary is only informative: the loop that follows
+            # waits such an outage out and logs it.
+            self.stdout.write(f"The task list could not be read: {one_line(exc)}")
+
+    def _list_tasks(self, scheduler: Any) -> None:
+        from django_posixcron.models import Task
+        from django_posixcron.timing import in_zone
+
+        write = self.stdout.write
         declared = Task.objects.using(scheduler.using).filter(declared=True)
         # The first SUMMARY_TASKS only, read as plain values: a project declaring 100,000
         # tasks got 100,000 lines, and the model instances to print them took 150 MiB that
         # the process kept for the rest of its life.
-        first = declared.order_by("name").values_list(
+        rows = declared.order_by("name").values_list(
             "name", "schedule", "paused", "due_at", "timezone"
         )[:SUMMARY_TASKS]
-        try:
-            # Fetched whole here: the database can go away between the start-up and this
-            # line (a restart, a dropped table), and the summary is only informative: the
-            # loop that follows waits such an outage out and logs it.
-            rows = list(first)
-        except DatabaseError as exc:
-            write(f"The task list could not be read: {one_line(exc)}")
-            return
         shown, now = 0, scheduler.now()
         for name, schedule, paused, due_at, timezone in rows:
             if paused:
@@ -272,7 +273,7 @@ class Command(BaseCommand):
                 when = "not scheduled"
             else:
                 try:
-                    local = due_at.astimezone(zone(timezone)).isoformat(timespec="seconds")
+                    local = in_zone(due_at, timezone).isoformat(timespec="seconds")
                 except (ValueError, LookupError):
                     # A row another process's declarations stored may name a zone this
                     # host's zone files lack: the start-up summary must not stop the start.
@@ -284,10 +285,5 @@ class Command(BaseCommand):
             shown += 1
         if not shown:
             write("No tasks declared in settings.POSIXCRON['TASKS'].")
-        elif shown == SUMMARY_TASKS:
-            try:
-                more = declared.count() - shown
-            except DatabaseError:
-                more = 0  # the loop logs the outage; "more" is not worth failing for
-            if more > 0:
-                write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
+        elif shown == SUMMARY_TASKS and (more := declared.count() - shown) > 0:
+            write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
