@@ -211,8 +211,7 @@ def spawn_and_sleep(directory: str, seconds: float = 3.0) -> None:
 
     folder = Path(directory)
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    (folder / "started.tmp").write_text(f"{os.getpid()} {grandchild.pid}")
-    os.replace(folder / "started.tmp", folder / "started")
+    _write_whole(folder / "started", f"{os.getpid()} {grandchild.pid}")
     time.sleep(seconds)
     (folder / "finished").touch()
     grandchild.kill()
@@ -446,8 +445,13 @@ def fork_and_terminate(path: str, task_name: str = "forks") -> None:
     _, status = os.waitpid(pid, 0)
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(abs, [-1, -2]) == [1, 2]
-    # Whole or not at all: the test reads the file as soon as it exists, and write_text()
-    # creates it empty before writing.
-    Path(f"{path}.tmp").write_text(str(os.waitstatus_to_exitcode(status)))
-    os.replace(f"{path}.tmp", path)
+    _write_whole(Path(path), str(os.waitstatus_to_exitcode(status)))
     Hit.objects.create(task_name=task_name)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: tests read such a file as soon as it
+    exists, and write_text() creates it empty before writing."""
+    partial = path.with_name(f"{path.name}.tmp")
+    partial.write_text(text)
+    os.replace(partial, path)
