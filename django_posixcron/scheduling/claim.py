@@ -154,6 +154,7 @@ class Claimer:
         process: SchedulerProcess,
         *,
         slotless: bool = False,
+        due_by: dt.datetime | None = None,
     ) -> Claimed:
         """Claim up to `limit` due tasks in one transaction; return the runs to start, the
         skipped ones, and the instant the claim was judged at.
@@ -172,9 +173,16 @@ class Claimer:
         task's previous run is still going. Left for a free slot, such an occurrence was not
         skipped on time but ran late once the previous run ended, and the occurrences in
         between left no row at all.
+
+        `due_by` (with `now` given) claims only tasks due by that instant; the runs are still
+        judged and started at `now`.
         """
         with transaction.atomic(using=self.using):
-            locked = self._lock_due(now, limit, slotless)
+            if due_by is not None:
+                assert now is not None, "due_by needs an instant to claim at"
+                locked = self._lock_due(min(now, due_by), limit, slotless)
+            else:
+                locked = self._lock_due(now, limit, slotless)
             if now is None:
                 if not locked:
                     return Claimed([], [], None)

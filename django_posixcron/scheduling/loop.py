@@ -361,8 +361,14 @@ class Scheduler:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self, now: dt.datetime | None = None) -> TickResult:
-        """Do one pass: mark lost runs, claim and start due tasks, prune."""
+    def tick(
+        self, now: dt.datetime | None = None, *, due_by: dt.datetime | None = None
+    ) -> TickResult:
+        """Do one pass: mark lost runs, claim and start due tasks, prune.
+
+        `due_by` claims only what was due by that instant (`--once`: what its first tick
+        found due), however late the tick is; the runs still start at the tick's instant.
+        """
         if self.process is None:
             self.start()
         assert self.process is not None
@@ -455,9 +461,15 @@ class Scheduler:
         # reaches the database: claimed now, by the database's clock, instead of after
         # another peek (a millisecond of a firing's latency). Never before its due time.
         by_db_clock = (
-            not explicit and db_now is not None and rules.due_within(next_due, now, round_trip)
+            not explicit
+            and due_by is None
+            and db_now is not None
+            and rules.due_within(next_due, now, round_trip)
         )
-        due = next_due is not None and (next_due <= now or by_db_clock) and not self.stopping
+        due_at_most = now if due_by is None else min(now, due_by)
+        due = (
+            next_due is not None and (next_due <= due_at_most or by_db_clock) and not self.stopping
+        )
         free = 0
         if due:
             free = self.executor.free_slots()
@@ -470,7 +482,11 @@ class Scheduler:
             if limit > 0:
                 claim_sent = time.monotonic()
                 started, result.skipped, claimed_at = self.claimer.claim(
-                    None if by_db_clock else now, limit, self.process, slotless=slotless
+                    None if by_db_clock else now,
+                    limit,
+                    self.process,
+                    slotless=slotless,
+                    due_by=due_by,
                 )
                 if claimed_at is not None:
                     now = result.now = claimed_at
@@ -524,8 +540,10 @@ class Scheduler:
         One tick, and more while it left tasks due for want of a free slot (more due than
         `CONCURRENCY`): those are claimed as runs end, until nothing due at the first tick's
         instant is left. Left to the next invocation, they would be claimed after their next
-        occurrence had passed too, and that occurrence never fired ("no make-up"). Return
-        what all the ticks did.
+        occurrence had passed too, and that occurrence never fired ("no make-up"). What fell
+        due after the first tick's instant (the next minute's occurrences, a retry, a
+        request) is left to the next invocation, as one tick would leave it. Return what all
+        the ticks did.
         """
         with self._serving():
             if self.process is None:
@@ -542,7 +560,7 @@ class Scheduler:
                 # A peek, not a burst's blind claim: it reads what is still due.
                 self._burst = False
                 with self.watchdog.watching("loop"):
-                    result = self.tick()
+                    result = self.tick(due_by=as_of)
                 for field in ("started", "queued", "skipped", "lost", "timed_out", "overdue"):
                     getattr(total, field).extend(getattr(result, field))
                 if result.next_due_at is None or result.next_due_at > as_of:

@@ -10,9 +10,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection, connections
 
+from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.reconcile import reconcile
 from tests.harness.charsets import utf8mb3_columns
-from tests.harness.waiting import clear_of_a_minute_boundary
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,8 +115,8 @@ def test_once_fires_everything_due_even_with_fewer_slots_than_tasks(posixcron):
         {name: {**EVERY_MINUTE["every-minute"], "kwargs": {"task_name": name}} for name in names}
     )
 
-    # Seven runs in one minute: the two claimed first are due again once it turns.
-    clear_of_a_minute_boundary()
+    # Even across a minute boundary: the two claimed first, due again once it turns, are
+    # the next invocation's.
     out = run("--once", "--concurrency", "2")
 
     assert "Ran 7 task(s), skipped 0; exiting." in out
@@ -123,6 +124,39 @@ def test_once_fires_everything_due_even_with_fewer_slots_than_tasks(posixcron):
     assert sorted(runs.values_list("task__name", flat=True)) == names
     assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
     assert sorted(Hit.objects.values_list("task_name", flat=True)) == names
+
+
+def test_once_leaves_what_fell_due_after_its_first_tick_to_the_next_invocation(posixcron):
+    # One slot, two tasks due: the second is claimed when the first's run ends. The first
+    # asks for a run of a third task meanwhile; due after the first tick, it is the next
+    # invocation's, as the next minute's occurrences are.
+    yearly = {"schedule": "0 0 1 1 *", "retry_delay": 60}
+    posixcron(
+        {
+            "requester": {
+                **yearly,
+                "callable": "tests.testapp.jobs.request_run_of",
+                "kwargs": {"task_name": "asked"},
+            },
+            "second": {**yearly, "callable": "tests.testapp.jobs.record"},
+            "asked": {**yearly, "callable": "tests.testapp.jobs.record"},
+        }
+    )
+    reconcile()
+    now = database_now(connection.alias)
+    Task.objects.get(name="requester").request_run(now - dt.timedelta(minutes=2))
+    Task.objects.get(name="second").request_run(now - dt.timedelta(minutes=1))
+
+    out = run("--once", "--concurrency", "1")
+
+    assert "Ran 2 task(s), skipped 0; exiting." in out
+    assert sorted(Run.objects.values_list("task__name", flat=True)) == ["requester", "second"]
+    asked = Task.objects.get(name="asked")
+    assert asked.run_requested_at is not None
+    assert asked.run_requested_at > now
+
+    run("--once")
+    assert Run.objects.get(task=asked).status == RunStatus.SUCCEEDED
 
 
 def test_once_reconciles_fires_what_is_due_waits_and_exits(posixcron):

@@ -49,6 +49,13 @@ def noop() -> None:
     return None
 
 
+def request_run_of(task_name: str) -> None:
+    """Ask for a run of another task now, by the database's clock (as the admin does)."""
+    from django_posixcron.models import Task
+
+    Task.objects.filter(name=task_name).request_run()
+
+
 def fail() -> None:
     raise RuntimeError("boom")
 
