@@ -23,6 +23,7 @@ from django.db import (
     close_old_connections,
     connections,
 )
+from django.db.models import Count, Max, Q
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.conf import get_settings
@@ -63,9 +64,10 @@ BURST_CLOCK_MARGIN = dt.timedelta(milliseconds=5)
 # At shutdown, run_finished receivers get this long to catch up before the process exits.
 RECEIVERS_DRAIN = 10.0
 # How often the loop counts the task rows: rows are never deleted by the scheduler (a task
-# left out of settings is retired, its row kept), so fewer rows than the last count means
-# someone deleted some (a shell, a data migration, a test's teardown), maybe of tasks this
-# process declares, which would then never fire again until the next start-up.
+# left out of settings is retired, its row kept), so fewer rows than the last count plus
+# those created since means someone deleted some (a shell, a data migration, a test's
+# teardown), maybe of tasks this process declares, which would then never fire again until
+# the next start-up.
 ROWS_CHECK_EVERY = 60.0
 # How often the loop looks for failing episodes whose alert nobody sent (a shutdown gave it
 # back, a forced exit left it unmarked): alerts.signal_owed_failing(). First at start-up.
@@ -221,8 +223,9 @@ class Scheduler:
         # Whether the last tick claimed a full batch, and when the loop last peeked.
         self._burst = False
         self._peeked_at = 0.0
-        # The task rows counted at the last reconcile or check (see ROWS_CHECK_EVERY).
-        self._rows: int | None = None
+        # The task rows counted at the last reconcile or check, and their highest id (see
+        # ROWS_CHECK_EVERY).
+        self._rows: tuple[int, int] | None = None
         self._rows_check_at = 0.0
         self._owed_check_at = 0.0
 
@@ -317,7 +320,7 @@ class Scheduler:
             self.start()
         assert self.process is not None
         result = self.rollout.reconcile(self.process, now or self.now())
-        self._rows = Task.objects.using(self.using).count()
+        self._rows = self._count_rows()[:2]
         self._rows_check_at = time.monotonic() + ROWS_CHECK_EVERY
         # What reconciling read and planned is garbage now; at 100,000 tasks the pages it
         # used stayed resident for the process's life.
@@ -326,18 +329,33 @@ class Scheduler:
         self.claimer.forget_mismatches()
         return result
 
+    def _count_rows(self, above: int = 0) -> tuple[int, int, int]:
+        """Return how many task rows there are, the highest id, and how many ids are above
+        `above` (one query)."""
+        counted = Task.objects.using(self.using).aggregate(
+            rows=Count("pk"), top=Max("pk"), created=Count("pk", filter=Q(pk__gt=above))
+        )
+        return counted["rows"], counted["top"] or 0, counted["created"]
+
     def _rows_deleted(self) -> bool:
-        """Whether task rows were deleted since the last count (at most once a minute)."""
+        """Whether task rows were deleted since the last count (at most once a minute).
+
+        Rows created since (another deploy's new tasks) have ids above the last count's
+        highest (ids only grow, on SQLite too: Django's AUTOINCREMENT), so a deletion is seen
+        even when as many rows were created meanwhile.
+        """
         if self._rows is None or time.monotonic() < self._rows_check_at:
             return False
         self._rows_check_at = time.monotonic() + ROWS_CHECK_EVERY
-        before, self._rows = self._rows, Task.objects.using(self.using).count()
-        if self._rows >= before:
+        (before, top), (rows, new_top, created) = self._rows, self._count_rows(self._rows[1])
+        self._rows = rows, max(top, new_top)
+        deleted = before + created - rows
+        if deleted <= 0:
             return False
         logger.warning(
             "%d task row(s) were deleted while this scheduler ran; reconciling, so that every "
             "task it declares has its row again",
-            before - self._rows,
+            deleted,
             extra={"action": "task_rows_deleted"},
         )
         return True

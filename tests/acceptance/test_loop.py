@@ -167,6 +167,38 @@ def test_a_task_row_deleted_while_the_scheduler_runs_is_created_again(world, mon
     assert hits("fine") == 2
 
 
+def test_a_task_row_deleted_while_another_deploy_creates_one_is_created_again(
+    world, monkeypatch, caplog
+):
+    # Counted as a total, a deletion was missed when another release's scheduler created a
+    # task of its own in the same minute: the deleted task never fired again.
+    from django_posixcron.scheduling import loop
+
+    world.settings({"victim": record("victim", "0 * * * *"), "fine": record("fine", "0 * * * *")})
+    monkeypatch.setattr(loop, "ROWS_CHECK_EVERY", 0.0)  # counted at every tick
+    world.start(T0)
+    world.scheduler.reconcile(T0)
+    world.tick(T0)
+    Task.objects.filter(name="victim").delete()
+    Task.objects.create(
+        name="another-deploys-task",
+        schedule="0 0 1 1 *",
+        callable_path="tests.testapp.jobs.noop",
+        timezone="UTC",
+        retry_delay=dt.timedelta(minutes=1),
+        definition_hash="0" * 64,
+    )
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        world.tick(T0 + HOUR)
+    assert "1 task row(s) were deleted while this scheduler ran" in caplog.text
+    assert runs("victim") == [("cron", "succeeded", T0 + HOUR)]
+    # Counted again after reconciling: nothing more was deleted.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        world.tick(T0 + 2 * HOUR)
+    assert "were deleted" not in caplog.text
+
+
 def test_a_manual_request_fires_as_manual_at_the_next_tick(world):
     world.settings({"yearly": record("yearly", "0 0 1 1 *")})
     world.start(T0)
