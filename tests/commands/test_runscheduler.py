@@ -269,6 +269,54 @@ def test_the_start_up_summary_survives_the_database_going_away_after_start_up(po
     assert len(lines) == 2
 
 
+def test_the_start_up_summary_marks_what_another_deploy_declares(posixcron):
+    # An old release restarted during a rollout listed the new release's definitions as if
+    # it were going to run them.
+    from django_posixcron.management.commands.runscheduler import Command
+    from django_posixcron.reconcile import reconcile
+    from django_posixcron.scheduler import Scheduler
+
+    job = {"callable": "tests.testapp.jobs.noop"}
+    posixcron(
+        {
+            "ours": {"schedule": "0 3 * * *", **job},
+            "rescheduled": {"schedule": "0 3 * * *", **job},
+            "new-kwargs": {"schedule": "0 3 * * *", **job, "kwargs": {}},
+        }
+    )
+    reconcile()
+    scheduler = Scheduler(grace=0)
+    scheduler.start()
+    # What the other release wrote: its definitions, and a task of its own.
+    Task.objects.filter(name="rescheduled").update(schedule="0 4 * * *", definition_hash="f" * 64)
+    Task.objects.filter(name="new-kwargs").update(definition_hash="e" * 64)
+    Task.objects.create(
+        name="theirs",
+        schedule="0 5 * * *",
+        callable_path="tests.testapp.jobs.noop",
+        timezone="UTC",
+        retry_delay=dt.timedelta(minutes=1),
+        definition_hash="d" * 64,
+        next_run_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC),
+        due_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC),
+    )
+    out = io.StringIO()
+    Command(stdout=out)._summary(scheduler, "the database")
+    scheduler.shutdown()
+    listed = {line.split(":")[0].strip(): line for line in out.getvalue().splitlines()[1:]}
+    assert listed["ours"].endswith("(UTC)")
+    assert listed["new-kwargs"].endswith(
+        "(UTC) [another deploy's definition, not run here; this process declares it differently]"
+    )
+    assert listed["rescheduled"].startswith("  rescheduled: 0 4 * * * -> next ")
+    assert listed["rescheduled"].endswith(
+        "(UTC) [another deploy's definition, not run here; this process declares '0 3 * * *']"
+    )
+    assert listed["theirs"].endswith(
+        "(UTC) [not declared by this process: another deploy's task, not run here]"
+    )
+
+
 @pytest.mark.parametrize("zone", ["Europe", "No/Such_Zone"])
 def test_the_start_up_summary_survives_a_stored_zone_this_host_cannot_load(posixcron, zone):
     from django_posixcron.management.commands.runscheduler import Command

@@ -263,10 +263,10 @@ class Command(BaseCommand):
         # tasks got 100,000 lines, and the model instances to print them took 150 MiB that
         # the process kept for the rest of its life.
         rows = declared.order_by("name").values_list(
-            "name", "schedule", "paused", "due_at", "timezone"
+            "name", "schedule", "paused", "due_at", "timezone", "definition_hash"
         )[:SUMMARY_TASKS]
         shown, now = 0, scheduler.now()
-        for name, schedule, paused, due_at, timezone in rows:
+        for name, schedule, paused, due_at, timezone, stored_hash in rows:
             if paused:
                 when = "paused"
             elif due_at is None:
@@ -281,9 +281,25 @@ class Command(BaseCommand):
                 # Back after downtime, a task's due time is behind: it fires now, once.
                 when = f"due now (since {local})" if due_at <= now else f"next {local}"
                 when += f" ({timezone})"
+            when += _not_ours(scheduler, name, schedule, stored_hash)
             write(f"  {name}: {schedule!s} -> {when}")
             shown += 1
         if not shown:
             write("No tasks declared in settings.POSIXCRON['TASKS'].")
         elif shown == SUMMARY_TASKS and (more := declared.count() - shown) > 0:
             write(f"  ... and {more} more; manage.py schedulerstatus lists every task.")
+
+
+def _not_ours(scheduler: Any, name: str, schedule: str, stored_hash: str) -> str:
+    """Say why a listed task is not run by this process: during a rolling deploy the rows
+    hold what another live process declares, which this one defers to and never claims."""
+    declaration = scheduler.declarations.get(name)
+    if declaration is None:
+        return " [not declared by this process: another deploy's task, not run here]"
+    if declaration.definition_hash == stored_hash:
+        return ""
+    if declaration.schedule != schedule:
+        mine = f"declares {declaration.schedule!r}"
+    else:
+        mine = "declares it differently"
+    return f" [another deploy's definition, not run here; this process {mine}]"
