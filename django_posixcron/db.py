@@ -227,12 +227,14 @@ CONNECTION_TIMEOUTS = {
 def with_connection_timeouts(using: str) -> dict[str, Any]:
     """Give `using`'s connections the timeouts above where its OPTIONS set none; return the
     ones added. Connections opened from now on in this process use them (they share the
-    alias's settings); the one open on this thread, if any, is closed to pick them up."""
+    alias's settings); the one open on this thread, if any, is closed to pick them up,
+    unless it is inside a transaction (a command called from code that holds one)."""
     connection = connections[using]
     defaults = CONNECTION_TIMEOUTS.get(connection.vendor, {})
     options = connection.settings_dict.setdefault("OPTIONS", {})
     added = {key: value for key, value in defaults.items() if key not in options}
     if added:
         options.update(added)
-        connection.close()
+        if not connection.in_atomic_block:
+            connection.close()
     return added

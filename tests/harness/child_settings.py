@@ -15,6 +15,9 @@ with open(os.environ["POSIXCRON_PROC_CONFIG"], encoding="utf-8") as _file:
     _config = json.load(_file)
 
 DATABASES["default"]["NAME"] = _config["DB_NAME"]
+if "DB_PORT" in _config:  # through a relay the test can make stop answering (proxy.py)
+    DATABASES["default"]["HOST"] = "127.0.0.1"
+    DATABASES["default"]["PORT"] = _config["DB_PORT"]
 POSIXCRON = _config["POSIXCRON"]
 
 if "EMPTY_DB_NAME" in _config:

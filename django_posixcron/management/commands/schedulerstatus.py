@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now
+from django_posixcron.db import app_alias, database_now, with_connection_timeouts
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
@@ -195,6 +195,9 @@ class Command(BaseCommand):
         poll_interval = poll_interval_or_default()
         max_lag = options["max_lag"]
         using = command_alias(options["database"])
+        # A probe must answer: a database that stops answering without closing the
+        # connection held it for ever (libpq's connect_timeout is infinite by default).
+        with_connection_timeouts(using)
         try:
             return collect(
                 database_now(using),

@@ -1,0 +1,83 @@
+"""A TCP relay to the test database that a test can make stop answering.
+
+A database that stops answering without closing its connections (a network partition, a
+failover that moves the address, a frozen server) is not a refused connection: every
+statement and every connection attempt waits on the driver's timeouts. `Relay.silence()`
+makes this one accept connections and forward nothing, either way, from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from collections.abc import Iterator
+
+
+class Relay:
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.silent = threading.Event()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, name="relay-accept", daemon=True).start()
+
+    def silence(self) -> None:
+        """Stop answering: open connections hang, new ones are accepted and hang too."""
+        self.silent.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            for sock in [self._listener, *self._sockets]:
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _keep(self, *sockets: socket.socket) -> None:
+        with self._lock:
+            self._sockets.extend(sockets)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._keep(client)
+            if self.silent.is_set():
+                continue  # accepted, never answered
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            self._keep(server)
+            threading.Thread(
+                target=self._pump, args=(client, server), name="relay-pump", daemon=True
+            ).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        peers = {client: server, server: client}
+        with contextlib.suppress(OSError, ValueError):
+            while not self._closed.is_set():
+                readable, _, _ = select.select(list(peers), [], [], 0.1)
+                if self.silent.is_set():
+                    continue  # the bytes stay unread: both sides wait
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    peers[sock].sendall(data)
+
+
+@contextlib.contextmanager
+def relay_to(host: str, port: int) -> Iterator[Relay]:
+    relay = Relay((host, port))
+    try:
+        yield relay
+    finally:
+        relay.close()
