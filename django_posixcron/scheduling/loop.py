@@ -208,6 +208,12 @@ class Scheduler:
         )
 
         self._stop = threading.Event()
+        # When the stop was first asked for (monotonic): the grace period counts from then.
+        self.stop_requested_at: float | None = None
+        # A first signal's deadline for the whole graceful stop (shutdown.first_signal), and
+        # the lock of the forced exit, which it and a second signal may race to.
+        self.stop_deadline: threading.Timer | None = None
+        self.forcing = threading.Lock()
         self._wake = threading.Event()
         # The database clock's last reading and this host's monotonic clock then: now()
         # counts from them, so a step of the host's wall clock (NTP) moves no estimate. None
@@ -362,6 +368,8 @@ class Scheduler:
 
     def request_stop(self) -> None:
         """Stop claiming; `run()` then waits for running tasks and returns."""
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
         self._stop.set()
         self._wake.set()
 
@@ -602,6 +610,8 @@ class Scheduler:
             try:
                 self.shutdown()
             finally:
+                if self.stop_deadline is not None:
+                    self.stop_deadline.cancel()
                 self.watchdog.stop()
                 self.signals.restore()
                 # This thread's connection would otherwise outlive the loop it served.

@@ -51,6 +51,13 @@ RECEIVERS_LEAST = 0.5
 HELD_RETRY = 0.1
 HELD_PAST_GRACE = 2.0
 
+# A graceful stop still going this long past its grace period becomes the forced exit of a
+# second signal. Its writes have bounds of their own (HELD_PAST_GRACE, RECEIVERS_PAST_GRACE,
+# the process executor's kill), but a database that stops answering without closing the
+# connection holds each statement and each connection attempt for the driver's timeouts:
+# the stop then took grace + 36 s, past the grace + 15 s the docs tell supervisors to allow.
+GRACEFUL_PAST_GRACE = 10.0
+
 _STOP_WATCHING = b"\0"
 
 # The watcher installed in this process, for the fork handler below.
@@ -196,19 +203,22 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     """
     assert scheduler.process is not None
     runs, grace = scheduler.runs, scheduler.grace
+    # From the stop request (the signal), not from when the loop got here: a tick waiting
+    # on a database that does not answer holds the loop, and the supervisor's clock runs.
+    ends = (scheduler.stop_requested_at or time.monotonic()) + grace
     # With the database away, the stop recorded below releases them as well.
     with contextlib.suppress(DatabaseError):
         release_declarations(scheduler.using, scheduler.process)
     running = len(runs.pks())
+    left = max(0.0, ends - time.monotonic())
     if running:
         logger.info(
             "waiting up to %.0f s for %d running task(s)",
-            grace,
+            left,
             running,
             extra={"action": "shutdown_waiting"},
         )
-    ends = time.monotonic() + grace
-    scheduler.wait_idle(grace)
+    scheduler.wait_idle(left)
     runs.interrupt_remaining(
         "Interrupted: the scheduler was asked to stop and the run did not "
         f"finish within the {grace:g} s grace period.",
@@ -305,17 +315,44 @@ def first_signal(scheduler: Scheduler, name: str) -> None:
         extra={"action": "shutdown_requested"},
     )
     scheduler.request_stop()
+    deadline = threading.Timer(
+        scheduler.grace + GRACEFUL_PAST_GRACE, _graceful_overran, args=(scheduler,)
+    )
+    deadline.daemon = True
+    deadline.name = "posixcron-stop-deadline"
+    scheduler.stop_deadline = deadline
+    deadline.start()
+
+
+def _graceful_overran(scheduler: Scheduler) -> None:
+    logger.error(
+        "the graceful stop has not ended %g s past the %g s grace period (a database that "
+        "does not answer?); exiting now, as on a second signal",
+        GRACEFUL_PAST_GRACE,
+        scheduler.grace,
+        extra={"action": "shutdown_forced"},
+    )
+    _force(
+        scheduler,
+        f"Interrupted: the scheduler's graceful stop overran its {scheduler.grace:g} s grace "
+        "period and it exited at once.",
+    )
 
 
 def second_signal(scheduler: Scheduler, name: str) -> None:
     logger.warning("second %s received: exiting now", name, extra={"action": "shutdown_forced"})
+    _force(scheduler, "Interrupted: the scheduler was told to exit at once (a second signal).")
+
+
+def _force(scheduler: Scheduler, reason: str) -> None:
+    """Force the exit, once: a second signal and the graceful stop's deadline may race."""
+    if not scheduler.forcing.acquire(blocking=False):
+        return  # the other one is ending the process
     process = scheduler.process
     forced_exit(
         using=scheduler.using,
         kill_children=scheduler.executor.kill_all,
-        take_outcomes=lambda: scheduler.runs.take_all(
-            "Interrupted: the scheduler was told to exit at once (a second signal)."
-        ),
+        take_outcomes=lambda: scheduler.runs.take_all(reason),
         mark_stopped=lambda using: mark_stopped(using, process) if process else None,
     )
 

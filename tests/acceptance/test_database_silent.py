@@ -8,16 +8,24 @@ PostgreSQL only: libpq's timeouts are the ones these tests depend on.
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from tests.harness.processes import Schedulers, only_on
+from django_posixcron.models import Task
+from tests.harness.processes import Schedulers, only_on, task
 from tests.harness.proxy import Relay, relay_to
+from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.long]
+
+# What the docs tell supervisors to allow a first signal: --grace plus 15 s.
+STOP_BUDGET_PAST_GRACE = 15
 
 
 @pytest.fixture
@@ -30,6 +38,36 @@ def relay() -> Iterator[Relay]:
 
 def through(schedulers: Schedulers, relay: Relay, tasks: dict[str, Any]) -> None:
     schedulers.configure(tasks, extra={"DB_PORT": relay.port})
+
+
+def test_a_first_signal_ends_the_process_in_time_while_the_database_is_silent(
+    schedulers: Schedulers, relay: Relay, tmp_path: Path
+) -> None:
+    # The grace period started only once the loop's stalled tick gave up (about 20 s), and
+    # each write of the stop then waited its connection timeout: the process exited 36 s
+    # past its grace period, after the supervisor's SIGKILL would have come.
+    release = tmp_path / "release"
+    job = task(
+        "tests.testapp.jobs.wait_for_file",
+        "0 0 1 1 *",
+        kwargs={"path": str(release), "task_name": "held"},
+    )
+    through(schedulers, relay, {"held": job})
+    child = schedulers.start_live(1, "--grace", "3")[0]
+    Task.objects.get(name="held").request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="held", label="started").exists(),
+        what="the run to start",
+    )
+    relay.silence()
+    schedulers.expect_exit(child)
+    sent = time.monotonic()
+    child.signal(signal.SIGTERM)
+    code = child.wait(timeout=3 + STOP_BUDGET_PAST_GRACE + 30)
+    elapsed = time.monotonic() - sent
+    assert elapsed < 3 + STOP_BUDGET_PAST_GRACE, schedulers.outputs()
+    assert code == 1, schedulers.outputs()  # forced: the shutdown could not be recorded
+    assert "the graceful stop has not ended 10 s past the 3 s grace period" in child.output()
 
 
 def test_schedulerstatus_answers_while_the_database_is_silent(
