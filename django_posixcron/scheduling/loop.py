@@ -210,9 +210,11 @@ class Scheduler:
         self._stop = threading.Event()
         # When the stop was first asked for (monotonic): the grace period counts from then.
         self.stop_requested_at: float | None = None
-        # A first signal's deadline for the whole graceful stop (shutdown.first_signal), and
-        # the lock of the forced exit, which it and a second signal may race to.
-        self.stop_deadline: threading.Timer | None = None
+        # Whether the graceful stop is giving signal receivers their time, and whether it
+        # has ended (a first signal's deadline watches both: shutdown.first_signal), and the
+        # lock of the forced exit, which the deadline and a second signal may race to.
+        self.draining_receivers = False
+        self.stopped = threading.Event()
         self.forcing = threading.Lock()
         self._wake = threading.Event()
         # The database clock's last reading and this host's monotonic clock then: now()
@@ -610,8 +612,7 @@ class Scheduler:
             try:
                 self.shutdown()
             finally:
-                if self.stop_deadline is not None:
-                    self.stop_deadline.cancel()
+                self.stopped.set()
                 self.watchdog.stop()
                 self.signals.restore()
                 # This thread's connection would otherwise outlive the loop it served.

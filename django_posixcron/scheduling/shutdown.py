@@ -267,6 +267,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
             break
     if scheduler.heartbeat is not None:
         scheduler.heartbeat.stop()
+    scheduler.draining_receivers = True  # bounded by receivers_time(), not stuck
     abandoned = scheduler.notifier.stop(receivers_time(ends, receivers_drain, time.monotonic()))
     if abandoned:
         try:
@@ -315,16 +316,37 @@ def first_signal(scheduler: Scheduler, name: str) -> None:
         extra={"action": "shutdown_requested"},
     )
     scheduler.request_stop()
-    deadline = threading.Timer(
-        scheduler.grace + GRACEFUL_PAST_GRACE, _graceful_overran, args=(scheduler,)
-    )
-    deadline.daemon = True
-    deadline.name = "posixcron-stop-deadline"
-    scheduler.stop_deadline = deadline
-    deadline.start()
+    threading.Thread(
+        target=_stop_deadline, args=(scheduler,), name="posixcron-stop-deadline", daemon=True
+    ).start()
 
 
-def _graceful_overran(scheduler: Scheduler) -> None:
+def _stop_deadline(scheduler: Scheduler) -> None:
+    """Force the exit of a graceful stop that does not end in time (runs on its own thread).
+
+    GRACEFUL_PAST_GRACE after the signal, with no run to wait for and no outcome to record,
+    a stop still going is stuck on a database or a Tasks broker that does not answer
+    (unless it is giving signal receivers their bounded time): the grace period, which is
+    for runs, is not waited out. Otherwise the stop gets until GRACEFUL_PAST_GRACE past the
+    grace period.
+    """
+    stopped, since, runs = scheduler.stopped, scheduler.stop_requested_at, scheduler.runs
+    assert since is not None
+    if stopped.wait(GRACEFUL_PAST_GRACE):
+        return
+    if not runs.pks() and not runs.unrecorded and not scheduler.draining_receivers:
+        logger.error(
+            "the scheduler has not stopped %g s after the signal, with no run to wait for "
+            "(a database or a Tasks backend that does not answer?); exiting now, as on a "
+            "second signal",
+            GRACEFUL_PAST_GRACE,
+            extra={"action": "shutdown_forced"},
+        )
+        _force(scheduler, "Interrupted: the scheduler's stop was stuck and it exited at once.")
+        return
+    ends = since + scheduler.grace + GRACEFUL_PAST_GRACE
+    if stopped.wait(max(0.0, ends - time.monotonic())):
+        return
     logger.error(
         "the graceful stop has not ended %g s past the %g s grace period (a database that "
         "does not answer?); exiting now, as on a second signal",

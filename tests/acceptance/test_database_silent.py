@@ -70,6 +70,24 @@ def test_a_first_signal_ends_the_process_in_time_while_the_database_is_silent(
     assert "the graceful stop has not ended 10 s past the 3 s grace period" in child.output()
 
 
+def test_a_first_signal_does_not_wait_out_the_grace_with_nothing_running(
+    schedulers: Schedulers, relay: Relay
+) -> None:
+    # The grace period is for runs: with none, a loop stuck on a silent database (or Tasks
+    # broker) made the process wait it out, 25 s and more, before exiting.
+    through(schedulers, relay, {"idle": task()})
+    child = schedulers.start_live(1)[0]  # the default 25 s grace
+    relay.silence()
+    schedulers.expect_exit(child)
+    sent = time.monotonic()
+    child.signal(signal.SIGTERM)
+    code = child.wait(timeout=60)
+    elapsed = time.monotonic() - sent
+    assert elapsed < 20, schedulers.outputs()
+    assert code == 1, schedulers.outputs()
+    assert "has not stopped 10 s after the signal, with no run to wait for" in child.output()
+
+
 def test_schedulerstatus_answers_while_the_database_is_silent(
     schedulers: Schedulers, relay: Relay
 ) -> None:
