@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import os
+import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -238,3 +241,62 @@ def with_connection_timeouts(using: str) -> dict[str, Any]:
         if not connection.in_atomic_block:
             connection.close()
     return added
+
+
+# How long the server keeps a session of the scheduler's own threads (the loop, the
+# heartbeat) idle inside a transaction before ending it. A process cut off from the database
+# in the middle of a claim or an outcome write (a partition, a frozen host) leaves its session
+# open on the server, and with it the row locks it took: every other scheduler skips those
+# rows (SKIP LOCKED) for as long as the server keeps the session, hours by default. Bounded,
+# the locks go about when the process is presumed gone (the 30 s stale limit). The scheduler's
+# transactions never wait on anything but their own statements; task code runs on other
+# threads, whose connections keep the project's settings.
+IDLE_IN_TRANSACTION_LIMIT = 30
+
+# Threads whose connections get the bound: the main thread (the loop, start-up) and these.
+_BOUNDED_THREADS = frozenset(
+    {"posixcron-heartbeat", "posixcron-signals-watch", "posixcron-stop-deadline"}
+)
+
+
+def bound_idle_transactions(using: str) -> Callable[[], None]:
+    """Have the server end a session of the scheduler's own threads on `using` left idle in
+    a transaction longer than IDLE_IN_TRANSACTION_LIMIT (PostgreSQL, MariaDB; MySQL has no
+    such setting), for the connections this process opens until the returned function is
+    called (a command called from code: its process goes on)."""
+    from django.db.backends.signals import connection_created
+
+    pid = os.getpid()
+
+    def bound(sender: Any, connection: Any, **kwargs: Any) -> None:
+        thread = threading.current_thread()
+        if (
+            connection.alias != using
+            or os.getpid() != pid  # a child forked by task code: its connections are its own
+            or (thread is not threading.main_thread() and thread.name not in _BOUNDED_THREADS)
+        ):
+            return
+        statement = _idle_bound_statement(connection)
+        if statement:
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+
+    uid = f"posixcron-idle-bound-{using}"
+    connection_created.connect(bound, weak=False, dispatch_uid=uid)
+    connection = connections[using]
+    if connection.connection is not None and not connection.in_atomic_block:
+        connection.close()  # this thread's, opened before: reopened with the bound
+
+    def unbind() -> None:
+        connection_created.disconnect(dispatch_uid=uid)
+
+    return unbind
+
+
+def _idle_bound_statement(connection: Any) -> str:
+    seconds = IDLE_IN_TRANSACTION_LIMIT
+    if connection.vendor == "postgresql":
+        return f"SET idle_in_transaction_session_timeout = {seconds * 1000}"
+    if connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+        return f"SET SESSION idle_transaction_timeout = {seconds}"
+    return ""

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_posixcron.db import IDLE_IN_TRANSACTION_LIMIT
 from django_posixcron.models import Task
-from tests.harness.processes import Schedulers, only_on, task
+from tests.harness.processes import Schedulers, only_on, record_task, task
 from tests.harness.proxy import Relay, relay_to
 from tests.testapp.models import Hit
 
@@ -33,6 +34,15 @@ def relay() -> Iterator[Relay]:
     only_on("postgresql", why="libpq's connection timeouts")
     settings = connection.settings_dict
     with relay_to(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432)) as relay:
+        yield relay
+
+
+@pytest.fixture
+def any_relay() -> Iterator[Relay]:
+    only_on("postgresql", "mysql", why="server-side session timeouts")
+    settings = connection.settings_dict
+    port = int(settings["PORT"] or (5432 if connection.vendor == "postgresql" else 3306))
+    with relay_to(settings["HOST"] or "127.0.0.1", port) as relay:
         yield relay
 
 
@@ -97,3 +107,23 @@ def test_schedulerstatus_answers_while_the_database_is_silent(
     result = schedulers.manage("schedulerstatus", timeout=60)
     assert result.returncode == 1, result
     assert "database unavailable: " in result.stderr, result
+
+
+def test_a_scheduler_cut_off_in_the_middle_of_a_claim_does_not_hold_the_task(
+    schedulers: Schedulers, any_relay: Relay
+) -> None:
+    # Its claim's row lock stayed on the server with its session, for hours: every other
+    # scheduler skipped the row (SKIP LOCKED), and the task never fired again.
+    job = record_task("asked")
+    through(schedulers, any_relay, {"asked": job})
+    schedulers.start_live(1)
+    schedulers.configure({"asked": job})  # the next one reaches the database directly
+    any_relay.silence_after(b"SKIP LOCKED")
+    Task.objects.get(name="asked").request_run()
+    schedulers.wait_for(any_relay.silent.is_set, what="the first scheduler's claim")
+    schedulers.start_live(1)
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="asked").exists(),
+        timeout=IDLE_IN_TRANSACTION_LIMIT + 30,
+        what="the other scheduler to run the task",
+    )

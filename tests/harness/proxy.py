@@ -1,9 +1,10 @@
-"""A TCP relay to the test database that a test can make stop answering.
+"""A TCP relay to the test database that a test can make stop answering, or restart.
 
 A database that stops answering without closing its connections (a network partition, a
 failover that moves the address, a frozen server) is not a refused connection: every
 statement and every connection attempt waits on the driver's timeouts. `Relay.silence()`
-makes this one accept connections and forward nothing, either way, from then on.
+makes this one accept connections and forward nothing, either way, from then on;
+`Relay.cut()` drops every connection and refuses new ones until `restore()`, as a restart does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class Relay:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self.silent = threading.Event()
+        self.down = threading.Event()
+        self._marker: bytes | None = None
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -29,6 +32,24 @@ class Relay:
     def silence(self) -> None:
         """Stop answering: open connections hang, new ones are accepted and hang too."""
         self.silent.set()
+
+    def silence_after(self, marker: bytes) -> None:
+        """Stop answering right after passing on a client packet that contains `marker`: a
+        cut at one point of a conversation (the server runs that statement, its reply is
+        lost, and its session stays open on the server)."""
+        self._marker = marker
+
+    def cut(self) -> None:
+        """Drop every open connection and refuse new ones until restore(): a restart."""
+        self.down.set()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def restore(self) -> None:
+        self.down.clear()
 
     def close(self) -> None:
         self._closed.set()
@@ -47,6 +68,9 @@ class Relay:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.down.is_set():
+                client.close()  # refused, as by a server that is restarting
+                continue
             self._keep(client)
             if self.silent.is_set():
                 continue  # accepted, never answered
@@ -68,10 +92,15 @@ class Relay:
                 if self.silent.is_set():
                     continue  # the bytes stay unread: both sides wait
                 for sock in readable:
+                    if self.silent.is_set():
+                        break
                     data = sock.recv(65536)
                     if not data:
                         return
                     peers[sock].sendall(data)
+                    if sock is client and self._marker is not None and self._marker in data:
+                        self._marker = None
+                        self.silent.set()
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import outage, with_connection_timeouts
+from django_posixcron.db import bound_idle_transactions, outage, with_connection_timeouts
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -127,7 +127,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_posixcron.declarations.top_level import collected_once
-        from django_posixcron.reconcile import reconcile
 
         # Refuse to start on any error (a SystemCheckError exits non-zero). Without the
         # database: Django 6.1 otherwise asks every connection for its features here (a query
@@ -144,28 +143,46 @@ class Command(BaseCommand):
         if options["database"] and using != command_alias(None):
             # The checks above judged the routers' alias; this process uses another.
             self._warn_sqlite_deferred(using)
-        # Before the first connection: a database that stops answering is then an error.
+        # Before the first connection: a database that stops answering is then an error,
+        # and a session the server keeps after this process was cut off holds no lock long.
         with_connection_timeouts(using)
-        if options["check"]:
-            try:
-                check_database_support(using)
-                check_migrated(using)
-                plan = reconcile(check_only=True, declarations=declarations, using=using)
-            except (OperationalError, InterfaceError) as exc:
-                raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
-            if plan.is_empty:
-                self.stdout.write("The database matches settings: nothing to reconcile.")
+        unbind = bound_idle_transactions(using)
+        try:
+            if options["check"]:
+                self._check(declarations, using)
                 return
-            for line in plan.lines(pending=True):
-                self.stdout.write(line)
-            raise CommandError("The database differs from settings (see above).", returncode=1)
+            scheduler = self._scheduler(options, declarations, using)
+            # The scheduler keeps its own mapping: this one, 4 MiB at 100,000 tasks, would
+            # stay for the life of the process with this frame.
+            del declarations
+            self._serve(options, scheduler, using)
+        finally:
+            unbind()
 
+    def _check(self, declarations: Any, using: str) -> None:
+        """--check: print what reconciling would change; exit 1 if anything would."""
+        from django_posixcron.reconcile import reconcile
+
+        try:
+            check_database_support(using)
+            check_migrated(using)
+            plan = reconcile(check_only=True, declarations=declarations, using=using)
+        except (OperationalError, InterfaceError) as exc:
+            raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
+        if plan.is_empty:
+            self.stdout.write("The database matches settings: nothing to reconcile.")
+            return
+        for line in plan.lines(pending=True):
+            self.stdout.write(line)
+        raise CommandError("The database differs from settings (see above).", returncode=1)
+
+    def _scheduler(self, options: dict[str, Any], declarations: Any, using: str) -> Any:
         from django_posixcron.executors import ProcessExecutor
         from django_posixcron.scheduler import Scheduler
 
         concurrency = options["concurrency"] or get_settings().concurrency
         executor = ProcessExecutor(concurrency) if options["executor"] == "process" else None
-        scheduler = Scheduler(
+        return Scheduler(
             declarations=declarations,
             poll_interval=options["poll_interval"],
             concurrency=concurrency,
@@ -173,9 +190,9 @@ class Command(BaseCommand):
             executor=executor,
             database=using,
         )
-        # The scheduler keeps its own mapping: this one, 4 MiB at 100,000 tasks, would stay
-        # for the life of the process with this frame.
-        del declarations
+
+    def _serve(self, options: dict[str, Any], scheduler: Any, using: str) -> None:
+        """Start up (waiting for the database if need be), then run the loop or one tick."""
 
         def prepare() -> str:
             database = check_database_support(using)
