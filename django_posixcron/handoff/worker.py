@@ -8,6 +8,7 @@ retries follow retry_delay, never the backend's own retry."
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -18,7 +19,13 @@ import traceback
 from functools import cache
 
 from django.core.signals import setting_changed
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 from django.dispatch import receiver
 
 from django_posixcron.conf import poll_interval_or_default
@@ -39,6 +46,11 @@ from django_posixcron.scheduling.outcomes import (
 from django_posixcron.signals import run_started
 
 logger = logging.getLogger("django_posixcron.worker")
+
+# How long a worker tries to record a run's outcome while the database is away (a restart,
+# a failover): longer than the stale limit, after which the schedulers mark the run lost,
+# since an outcome that reaches a lost run is still recorded on it.
+RECORD_FOR = 120.0
 
 
 @cache
@@ -194,10 +206,38 @@ def _finish(run: Run, started_monotonic: float) -> dt.datetime:
 def _record(
     run: Run, status: str, finished_at: dt.datetime, error: str, tb: str, using: str
 ) -> bool:
-    """Write the outcome with the scheduler's own rules (retry, streak, signals)."""
+    """Write the outcome with the scheduler's own rules (retry, streak, signals).
+
+    A database restarted or failed over while the run executed left this thread's
+    connection broken: the write is tried again on a new connection, with the scheduler's
+    back-off, for up to RECORD_FOR. Dropped, the outcome of a run that returned made it end
+    lost and run again. (Written after the schedulers marked it lost, it is still recorded.)
+    """
     # An unstarted Notifier sends inline: the worker's receivers see run_finished before
     # the task returns to the backend.
-    return bool(write_outcomes([Outcome(run, status, finished_at, error, tb)], using, Notifier()))
+    outcome = Outcome(run, status, finished_at, error, tb)
+    give_up_at, failures = time.monotonic() + RECORD_FOR, 0
+    while True:
+        try:
+            return bool(write_outcomes([outcome], using, Notifier()))
+        except (OperationalError, InterfaceError) as exc:
+            connection = connections[using]
+            failures += 1
+            delay = rules.back_off(failures)
+            if connection.in_atomic_block or time.monotonic() + delay > give_up_at:
+                raise
+            logger.error(
+                "could not record the outcome of run %s of task %s yet (%s); trying again "
+                "in %.1f s",
+                run.pk,
+                run.task.name,
+                str(exc).strip() or type(exc).__name__,
+                delay,
+                extra={"action": "db_error", "task": run.task.name, "run_id": run.pk},
+            )
+            with contextlib.suppress(Exception):
+                connection.close()
+            time.sleep(delay)
 
 
 class RunHeartbeat:
