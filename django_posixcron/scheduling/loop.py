@@ -593,8 +593,12 @@ class Scheduler:
                     getattr(total, field).extend(getattr(result, field))
                 if result.next_due_at is None or result.next_due_at > as_of:
                     break
-            while not self.stopping and not self.wait_idle(self.heartbeat_every):
-                pass
+            while not self.stopping:
+                # Each wait lasts a heartbeat interval at most, unless writing the outcomes
+                # waits on the database: the watchdog then says so.
+                with self.watchdog.watching("loop"):
+                    if self.wait_idle(self.heartbeat_every):
+                        break
             return total
 
     @contextlib.contextmanager
@@ -663,7 +667,7 @@ class Scheduler:
         try:
             while not self.stopping:
                 try:
-                    result = prepare()
+                    result = self.starting_up(prepare)
                 except (OperationalError, InterfaceError) as exc:
                     if not outage(exc):
                         raise  # refused what was sent: waiting would not change the answer
@@ -677,6 +681,19 @@ class Scheduler:
         finally:
             if installed and not ready:
                 self.signals.restore()
+
+    def starting_up(self, prepare: Callable[[], _T]) -> _T:
+        """Call `prepare` (registering, reconciling) under the watchdog's eye: a database
+        that stops answering in the middle of it is logged (``db_stalled``), not waited on in
+        silence. The watchdog goes on watching the loop that follows; it stops with it, or
+        here when `prepare` fails."""
+        self.watchdog.start()
+        try:
+            with self.watchdog.watching("start-up"):
+                return prepare()
+        except BaseException:
+            self.watchdog.stop()
+            raise
 
     # -- waiting and stopping -----------------------------------------------------------------
 

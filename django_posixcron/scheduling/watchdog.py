@@ -23,7 +23,11 @@ from django_posixcron.scheduling.periodic import Periodic
 logger = logging.getLogger("django_posixcron.scheduler.watchdog")
 
 # What each watched part is called in the log lines.
-PARTS = {"loop": "the scheduler loop", "heartbeat": "the heartbeat"}
+PARTS = {
+    "loop": "the scheduler loop",
+    "heartbeat": "the heartbeat",
+    "start-up": "the start-up (registering, reconciling settings)",
+}
 
 DATABASE = "the database"
 # Why a wait may last, by what is waited on.

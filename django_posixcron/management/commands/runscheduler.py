@@ -234,7 +234,7 @@ class Command(BaseCommand):
         """Tick once, wait for its runs, and say how it went (for system cron)."""
         # Driven from system cron: the next invocation is the retry, so say why and exit.
         try:
-            database = prepare()
+            database = scheduler.starting_up(prepare)
         except (OperationalError, InterfaceError) as exc:
             if outage(exc):
                 raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
