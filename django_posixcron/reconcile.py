@@ -24,7 +24,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone as dj_timezone
 
-from django_posixcron.db import LockNotGranted, app_alias, database_now
+from django_posixcron.db import IDLE_IN_TRANSACTION_LIMIT, LockNotGranted, app_alias, database_now
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.deployments import Peer, live_peers
 from django_posixcron.models import SchedulerProcess, Task
@@ -427,11 +427,16 @@ def _serialised(alias: str) -> Iterator[None]:
     connection = connections[alias]
     if connection.vendor == "mysql":
         # A named lock, taken before the transaction starts so that the rows read after it
-        # include whatever the previous holder committed.
+        # include whatever the previous holder committed. It lives with the session: a
+        # process cut off while holding it (a partition) left it on the server, outside any
+        # transaction, until wait_timeout (8 hours by default), and no other scheduler could
+        # start. While it is held, the server ends the session after a short silence.
         with connection.cursor() as cursor:
+            cursor.execute(f"SET SESSION wait_timeout = {IDLE_IN_TRANSACTION_LIMIT:d}")
             cursor.execute("SELECT GET_LOCK(%s, %s)", [MYSQL_LOCK_NAME, MYSQL_LOCK_TIMEOUT])
             (got,) = cursor.fetchone()
         if got != 1:
+            _default_wait_timeout(connection)
             # An OperationalError, as PostgreSQL's lock timeout is: the caller backs off and
             # tries again (at start-up too), rather than exiting into a restart loop.
             raise LockNotGranted(
@@ -443,6 +448,7 @@ def _serialised(alias: str) -> Iterator[None]:
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT RELEASE_LOCK(%s)", [MYSQL_LOCK_NAME])
+            _default_wait_timeout(connection)
         return
     with transaction.atomic(using=alias):
         if connection.vendor == "postgresql":
@@ -453,6 +459,12 @@ def _serialised(alias: str) -> Iterator[None]:
         # SQLite: with "transaction_mode": "IMMEDIATE" (the documented setting) BEGIN takes
         # the write lock, which serialises writers.
         yield
+
+
+def _default_wait_timeout(connection: Any) -> None:
+    """Give the session the server's wait_timeout back (the connection may live on)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION wait_timeout = DEFAULT")
 
 
 def _chunks(items: Sequence[Any], size: int = BATCH_SIZE) -> Iterator[Sequence[Any]]:

@@ -133,23 +133,21 @@ def test_a_scheduler_cut_off_while_reconciling_says_so_and_lets_others_start(
     schedulers: Schedulers, any_relay: Relay
 ) -> None:
     # Cut off while holding the reconcile lock, it logged nothing (the watchdog started
-    # with the loop), and on PostgreSQL the lock kept every other scheduler from starting.
-    # (MariaDB's reconcile lock is a named lock taken outside the transaction: the server
-    # keeps it with the session, and no idle-transaction bound applies to it.)
+    # with the loop), and the server kept the lock with its session for hours: no other
+    # scheduler could start.
     postgresql = connection.vendor == "postgresql"
     tasks = {"job": record_task("job")}
     through(schedulers, any_relay, tasks)
     any_relay.silence_after(b"pg_advisory_xact_lock" if postgresql else b"GET_LOCK")
     cut_off = schedulers.start()
     schedulers.wait_for(any_relay.silent.is_set, what="the first scheduler's reconcile")
-    if postgresql:
-        schedulers.configure(tasks)  # the next one reaches the database directly
-        other = schedulers.start()
-        schedulers.wait_for(
-            lambda: "django-posixcron scheduler " in other.output(),
-            timeout=IDLE_IN_TRANSACTION_LIMIT + 30,
-            what="the other scheduler to start",
-        )
+    schedulers.configure(tasks)  # the next one reaches the database directly
+    other = schedulers.start()
+    schedulers.wait_for(
+        lambda: "django-posixcron scheduler " in other.output(),
+        timeout=IDLE_IN_TRANSACTION_LIMIT + 30,
+        what="the other scheduler to start",
+    )
     schedulers.wait_for(
         lambda: "the start-up (registering, reconciling settings) has waited" in cut_off.output(),
         timeout=IDLE_IN_TRANSACTION_LIMIT + 30,
