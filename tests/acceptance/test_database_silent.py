@@ -20,7 +20,7 @@ from django.db import connection
 from django_posixcron.db import IDLE_IN_TRANSACTION_LIMIT
 from django_posixcron.models import Task
 from tests.harness.processes import Schedulers, only_on, record_task, task
-from tests.harness.proxy import Relay, relay_to
+from tests.harness.proxy import Relay, relay_to_test_database
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.long]
@@ -32,17 +32,14 @@ STOP_BUDGET_PAST_GRACE = 15
 @pytest.fixture
 def relay() -> Iterator[Relay]:
     only_on("postgresql", why="libpq's connection timeouts")
-    settings = connection.settings_dict
-    with relay_to(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432)) as relay:
+    with relay_to_test_database() as relay:
         yield relay
 
 
 @pytest.fixture
 def any_relay() -> Iterator[Relay]:
     only_on("postgresql", "mysql", why="server-side session timeouts")
-    settings = connection.settings_dict
-    port = int(settings["PORT"] or (5432 if connection.vendor == "postgresql" else 3306))
-    with relay_to(settings["HOST"] or "127.0.0.1", port) as relay:
+    with relay_to_test_database() as relay:
         yield relay
 
 

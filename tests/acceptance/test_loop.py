@@ -13,6 +13,7 @@ from django.db import connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
+from tests.factories import TaskFactory
 from tests.harness.charsets import utf8mb3_columns
 from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
 from tests.testapp.jobs import GATES
@@ -180,14 +181,7 @@ def test_a_task_row_deleted_while_another_deploy_creates_one_is_created_again(
     world.scheduler.reconcile(T0)
     world.tick(T0)
     Task.objects.filter(name="victim").delete()
-    Task.objects.create(
-        name="another-deploys-task",
-        schedule="0 0 1 1 *",
-        callable_path="tests.testapp.jobs.noop",
-        timezone="UTC",
-        retry_delay=dt.timedelta(minutes=1),
-        definition_hash="0" * 64,
-    )
+    TaskFactory.create(name="another-deploys-task", next_run_at=None)
     with caplog.at_level(logging.WARNING, logger="django_posixcron"):
         world.tick(T0 + HOUR)
     assert "1 task row(s) were deleted while this scheduler ran" in caplog.text

@@ -13,6 +13,7 @@ from django.db import connection, connections
 from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.reconcile import reconcile
+from tests.factories import TaskFactory
 from tests.harness.charsets import utf8mb3_columns
 from tests.testapp.models import Hit
 
@@ -290,15 +291,8 @@ def test_the_start_up_summary_marks_what_another_deploy_declares(posixcron):
     # What the other release wrote: its definitions, and a task of its own.
     Task.objects.filter(name="rescheduled").update(schedule="0 4 * * *", definition_hash="f" * 64)
     Task.objects.filter(name="new-kwargs").update(definition_hash="e" * 64)
-    Task.objects.create(
-        name="theirs",
-        schedule="0 5 * * *",
-        callable_path="tests.testapp.jobs.noop",
-        timezone="UTC",
-        retry_delay=dt.timedelta(minutes=1),
-        definition_hash="d" * 64,
-        next_run_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC),
-        due_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC),
+    TaskFactory.create(
+        name="theirs", schedule="0 5 * * *", next_run_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC)
     )
     out = io.StringIO()
     Command(stdout=out)._summary(scheduler, "the database")

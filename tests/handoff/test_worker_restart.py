@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from django_posixcron.models import Run, RunStatus, Task
 from tests.harness.processes import Schedulers, only_on, task
-from tests.harness.proxy import Relay, relay_to
+from tests.harness.proxy import Relay, relay_to_test_database
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.long, pytest.mark.django_db(transaction=True)]
@@ -19,9 +18,7 @@ pytestmark = [pytest.mark.processes, pytest.mark.long, pytest.mark.django_db(tra
 @pytest.fixture
 def relay() -> Iterator[Relay]:
     only_on("postgresql", "mysql", why="a server the relay can stand for")
-    settings = connection.settings_dict
-    port = int(settings["PORT"] or (5432 if connection.vendor == "postgresql" else 3306))
-    with relay_to(settings["HOST"] or "127.0.0.1", port) as relay:
+    with relay_to_test_database() as relay:
         yield relay
 
 

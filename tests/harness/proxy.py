@@ -104,8 +104,13 @@ class Relay:
 
 
 @contextlib.contextmanager
-def relay_to(host: str, port: int) -> Iterator[Relay]:
-    relay = Relay((host, port))
+def relay_to_test_database() -> Iterator[Relay]:
+    """Relay to the server of the test database (PostgreSQL or MariaDB/MySQL)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    port = int(settings["PORT"] or (5432 if connection.vendor == "postgresql" else 3306))
+    relay = Relay((settings["HOST"] or "127.0.0.1", port))
     try:
         yield relay
     finally:
