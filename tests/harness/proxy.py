@@ -52,15 +52,23 @@ class Relay:
         self.down.clear()
 
     def close(self) -> None:
-        self._closed.set()
         with self._lock:
-            for sock in [self._listener, *self._sockets]:
-                with contextlib.suppress(OSError):
-                    sock.close()
+            self._closed.set()
+            sockets, self._sockets = [self._listener, *self._sockets], []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
 
-    def _keep(self, *sockets: socket.socket) -> None:
+    def _keep(self, sock: socket.socket) -> bool:
+        """Keep `sock` for close(); once closed, close it at once (an accept or a connect
+        racing close() left an unclosed socket, which the suite's warnings make an error)."""
         with self._lock:
-            self._sockets.extend(sockets)
+            if not self._closed.is_set():
+                self._sockets.append(sock)
+                return True
+        with contextlib.suppress(OSError):
+            sock.close()
+        return False
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -71,7 +79,8 @@ class Relay:
             if self.down.is_set():
                 client.close()  # refused, as by a server that is restarting
                 continue
-            self._keep(client)
+            if not self._keep(client):
+                return
             if self.silent.is_set():
                 continue  # accepted, never answered
             try:
@@ -79,7 +88,8 @@ class Relay:
             except OSError:
                 client.close()
                 continue
-            self._keep(server)
+            if not self._keep(server):
+                return
             threading.Thread(
                 target=self._pump, args=(client, server), name="relay-pump", daemon=True
             ).start()
