@@ -12,10 +12,12 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import signal
 import socket
 import threading
 import time
 import traceback
+import types
 from functools import cache
 
 from django.core.signals import setting_changed
@@ -162,6 +164,7 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
     beat.start()
     status, error, tb = RunStatus.SUCCEEDED, "", ""
     stopping: BaseException | None = None
+    handlers = _signal_handlers()
     try:
         send_robust(run_started, run)
         context = RunContext.of(run, declaration.timezone) if declaration.takes_context else None
@@ -169,17 +172,21 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         # What runs is always resolved from settings, never from the stored path.
         refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
     except (SystemExit, KeyboardInterrupt) as exc:
-        # The worker is being stopped (its signal handler raises these in the task's thread),
-        # or the task asked the process to exit. "A worker's shutdown is the backend's
-        # business, and a run cut off by it ends lost and is retried": recorded lost (the
-        # retry rule applies, run_lost is sent), then raised again, so the worker's own
-        # shutdown goes on.
-        status, stopping = RunStatus.LOST, exc
-        error = cap(
-            f"Lost: worker {run.worker} was stopped while this run was running "
-            f"({describe_exception(exc)}); it did not finish."
-        )
-        tb = cap(traceback.format_exc(), keep_tail=True)
+        if not _stops_the_worker(exc, handlers | _signal_handlers()):
+            # The task's own sys.exit(): its failure, as with the scheduler's executors.
+            status, error = RunStatus.FAILED, cap(describe_exception(exc))
+            tb = cap(traceback.format_exc(), keep_tail=True)
+        else:
+            # The worker is being stopped: its signal handler raised this in the task's
+            # thread. "A worker's shutdown is the backend's business, and a run cut off by it
+            # ends lost and is retried": recorded lost (the retry rule applies, run_lost is
+            # sent), then raised again, so the worker's own shutdown goes on.
+            status, stopping = RunStatus.LOST, exc
+            error = cap(
+                f"Lost: worker {run.worker} was stopped while this run was running "
+                f"({describe_exception(exc)}); it did not finish."
+            )
+            tb = cap(traceback.format_exc(), keep_tail=True)
     except BaseException as exc:
         status, error = RunStatus.FAILED, cap(describe_exception(exc))
         tb = cap(traceback.format_exc(), keep_tail=True)
@@ -196,6 +203,44 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         _record(run, status, _finish(run, started), error, tb, using)
     if stopping is not None:
         raise stopping
+
+
+# The signals a worker is stopped by. db_worker's handler for them raises SystemExit (on the
+# second signal, or the first while it waits between jobs) in the thread that runs the job.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGHUP")
+    if hasattr(signal, name)
+)
+
+
+def _signal_handlers() -> frozenset[types.CodeType]:
+    """Return the code of the Python handlers installed for the stop signals."""
+    codes = set()
+    for signum in _STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+        if isinstance(code, types.CodeType):
+            codes.add(code)
+    return frozenset(codes)
+
+
+def _stops_the_worker(exc: BaseException, handlers: frozenset[types.CodeType]) -> bool:
+    """Say whether SystemExit or KeyboardInterrupt stops the worker rather than ends the task.
+
+    A signal handler raises it in the middle of the task's code, and its frame is then in the
+    traceback; a task that calls sys.exit() itself (a script-like job) raises it without one,
+    and that is the task's failure: the worker goes on with its next job. KeyboardInterrupt is
+    what Python's own SIGINT handler raises, from no Python frame: always a stop.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _finish(run: Run, started_monotonic: float) -> dt.datetime:

@@ -9,6 +9,8 @@ processes are in test_workers.py.
 from __future__ import annotations
 
 import datetime as dt
+import signal
+import sys
 from typing import Any
 
 import pytest
@@ -481,12 +483,27 @@ def test_with_every_slot_busy_and_only_local_tasks_due_the_loop_sleeps(world, ga
     assert result.wake_in == pytest.approx(1.0)
 
 
-def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(world):
+@pytest.fixture
+def stopping_worker():
+    """A SIGTERM handler like db_worker's: it raises SystemExit in the job's thread."""
+
+    def shutdown(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, previous)  # db_worker resets its handlers first
+        sys.exit(1)
+
+    previous = signal.signal(signal.SIGTERM, shutdown)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(
+    world, stopping_worker
+):
     world.settings(
         {
             "stopped": {
                 "schedule": "0 * * * *",
-                "callable": "tests.testapp.jobs.raise_system_exit",
+                "callable": "tests.testapp.jobs.signal_own_process",
                 "kwargs": {"task_name": "stopped"},
                 "retry_delay": 60,
                 "enqueue": True,
@@ -511,9 +528,56 @@ def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(wor
     # "A run cut off by it ends lost and is retried."
     run = only_run("stopped")
     assert run.status == RunStatus.LOST
-    assert "was stopped while this run was running (SystemExit: 2)" in run.error
+    assert "was stopped while this run was running (SystemExit: 1)" in run.error
     assert lost == [run.pk]
     assert Task.objects.get(name="stopped").retry_at is not None
+
+
+@pytest.mark.parametrize("callable_name", ["raise_system_exit", "raise_keyboard_interrupt"])
+def test_a_task_that_exits_by_itself_fails_and_the_worker_goes_on(
+    world, stopping_worker, callable_name
+):
+    """A script-like job's sys.exit() is its own failure, as on the scheduler's executors;
+    the worker is not being stopped, so it takes its next job. (KeyboardInterrupt is what
+    Python's own SIGINT handler raises, from no frame of the worker's: it reads as a stop.)"""
+    world.settings(
+        {
+            "exits": {
+                "schedule": "0 * * * *",
+                "callable": f"tests.testapp.jobs.{callable_name}",
+                "kwargs": {"task_name": "exits"},
+                "retry_delay": 60,
+                "enqueue": True,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    lost = []
+
+    def on_lost(sender: object, run: Run, **kwargs: object) -> None:
+        lost.append(run.pk)
+
+    run_lost.connect(on_lost)
+    try:
+        if callable_name == "raise_keyboard_interrupt":
+            with pytest.raises(KeyboardInterrupt):
+                deliver(only_run("exits"))
+        else:
+            deliver(only_run("exits"))  # returns: the worker goes on
+    finally:
+        run_lost.disconnect(on_lost)
+
+    run = only_run("exits")
+    if callable_name == "raise_keyboard_interrupt":
+        assert run.status == RunStatus.LOST
+        assert lost == [run.pk]
+    else:
+        assert run.status == RunStatus.FAILED
+        assert run.error == "SystemExit: 2"
+        assert "raise SystemExit(2)" in run.traceback
+        assert lost == []
+    assert Task.objects.get(name="exits").retry_at is not None
 
 
 def test_the_worker_heartbeats_the_run_while_it_executes(world):

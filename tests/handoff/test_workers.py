@@ -113,6 +113,74 @@ def test_a_killed_worker_leaves_its_run_lost_then_the_retry_runs_on_another(
     assert (retry.trigger, retry.attempt) == ("retry", 2)
 
 
+def test_a_db_worker_stopped_by_a_second_sigterm_leaves_its_run_lost_and_retried(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """db_worker finishes its job on a first SIGTERM and abandons it on a second (its handler
+    raises SystemExit in the job): "a run cut off by it ends lost and is retried"."""
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "long": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "long"},
+                retry_delay=1,
+                enqueue=True,
+            )
+        }
+    )
+    schedulers.start_live(1)
+    stopped = schedulers.start_worker()
+    Task.objects.get(name="long").request_run()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.RUNNING).exists(),
+        what="the worker to take the run",
+    )
+
+    schedulers.expect_exit(stopped)
+    stopped.signal(signal.SIGTERM)
+    schedulers.wait_for(
+        lambda: "shutting down gracefully" in stopped.output(), what="the first signal's log"
+    )
+    stopped.signal(signal.SIGTERM)
+    stopped.wait()  # db_worker catches the job's exception and ends its loop: status 0
+
+    # Recorded lost by the worker itself, at once (not after the 30 s stale limit).
+    (lost,) = Run.objects.filter(task__name="long")
+    assert lost.status == RunStatus.LOST
+    assert "was stopped while this run was running (SystemExit: 1)" in lost.error
+    release.touch()
+    schedulers.start_worker()
+    schedulers.wait_for(
+        lambda: statuses("long") == ["lost", "succeeded"], what="the retry to succeed"
+    )
+
+
+def test_a_job_that_calls_sys_exit_fails_and_the_db_worker_takes_the_next(
+    schedulers: Schedulers,
+) -> None:
+    schedulers.configure(
+        {
+            "exits": task(
+                "tests.testapp.jobs.raise_system_exit",
+                kwargs={"task_name": "exits"},
+                enqueue=True,
+            ),
+            "after": record_task("after", enqueue=True),
+        }
+    )
+    schedulers.start_live(1)
+    worker = schedulers.start_worker()
+    Task.objects.get(name="exits").request_run()
+    schedulers.wait_for(lambda: statuses("exits") == ["failed"], what="the run to fail")
+
+    request_and_wait(schedulers, "after", 1)
+
+    failed = Run.objects.get(task__name="exits")
+    assert failed.error == "SystemExit: 2"
+    assert worker.alive()
+
+
 def test_sigterm_to_a_scheduler_leaves_queued_runs_to_the_workers(schedulers):
     schedulers.configure({"export": record_task("export", enqueue=True)})
     (scheduler,) = schedulers.start_live(1)

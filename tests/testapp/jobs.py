@@ -250,6 +250,16 @@ def raise_system_exit(task_name: str) -> None:
     raise SystemExit(2)
 
 
+def signal_own_process(task_name: str) -> None:
+    """Send SIGTERM to this process, as an orchestrator stopping the worker would."""
+    Hit.objects.create(task_name=task_name)
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the handler runs between two of these
+        time.sleep(0.01)
+    raise AssertionError("no SIGTERM handler stopped this run")
+
+
 def raise_keyboard_interrupt(task_name: str) -> None:
     Hit.objects.create(task_name=task_name)
     raise KeyboardInterrupt
