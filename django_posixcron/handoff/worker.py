@@ -171,12 +171,8 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         args = () if context is None else (context,)
         # What runs is always resolved from settings, never from the stored path.
         refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
-    except (SystemExit, KeyboardInterrupt) as exc:
-        if not _stops_the_worker(exc, handlers | _signal_handlers()):
-            # The task's own sys.exit(): its failure, as with the scheduler's executors.
-            status, error = RunStatus.FAILED, cap(describe_exception(exc))
-            tb = cap(traceback.format_exc(), keep_tail=True)
-        else:
+    except BaseException as exc:
+        if _stops_the_worker(exc, handlers | _signal_handlers()):
             # The worker is being stopped: its signal handler raised this in the task's
             # thread. "A worker's shutdown is the backend's business, and a run cut off by it
             # ends lost and is retried": recorded lost (the retry rule applies, run_lost is
@@ -186,9 +182,10 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
                 f"Lost: worker {run.worker} was stopped while this run was running "
                 f"({describe_exception(exc)}); it did not finish."
             )
-            tb = cap(traceback.format_exc(), keep_tail=True)
-    except BaseException as exc:
-        status, error = RunStatus.FAILED, cap(describe_exception(exc))
+        else:
+            # The task's own exception, sys.exit() included: its failure, as on the
+            # scheduler's executors.
+            status, error = RunStatus.FAILED, cap(describe_exception(exc))
         tb = cap(traceback.format_exc(), keep_tail=True)
     finally:
         beat.stop()
@@ -205,11 +202,13 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         raise stopping
 
 
-# The signals a worker is stopped by. db_worker's handler for them raises SystemExit (on the
-# second signal, or the first while it waits between jobs) in the thread that runs the job.
+# The signals a worker is stopped by: db_worker's handler for them raises SystemExit (on the
+# second signal, or the first while it waits between jobs) in the thread that runs the job,
+# RQ's SimpleWorker's too (cold shutdown), and the work horse of RQ's HerokuWorker raises
+# ShutDownImminentException from its SIGRTMIN handler (or SIGALRM, once it is armed).
 _STOP_SIGNALS = tuple(
     getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGHUP")
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGHUP", "SIGRTMIN")
     if hasattr(signal, name)
 )
 
@@ -226,12 +225,14 @@ def _signal_handlers() -> frozenset[types.CodeType]:
 
 
 def _stops_the_worker(exc: BaseException, handlers: frozenset[types.CodeType]) -> bool:
-    """Say whether SystemExit or KeyboardInterrupt stops the worker rather than ends the task.
+    """Say whether `exc` stops the worker rather than ends the task.
 
-    A signal handler raises it in the middle of the task's code, and its frame is then in the
-    traceback; a task that calls sys.exit() itself (a script-like job) raises it without one,
-    and that is the task's failure: the worker goes on with its next job. KeyboardInterrupt is
-    what Python's own SIGINT handler raises, from no Python frame: always a stop.
+    A stop signal's handler raises it in the middle of the task's code, and the handler's
+    frame is then in the traceback; a task that calls sys.exit() itself (a script-like job)
+    raises SystemExit without one, and that is the task's failure: the worker goes on with
+    its next job. KeyboardInterrupt is what Python's own SIGINT handler raises, from no
+    Python frame: always a stop. (SIGALRM is not a stop signal: RQ's job timeout raises from
+    its handler, and a timeout is recorded as such.)
     """
     if isinstance(exc, KeyboardInterrupt):
         return True

@@ -210,6 +210,45 @@ def test_an_rq_worker_runs_handed_off_runs_once(schedulers, redis):
     assert all(r.backend == "rq" and r.result_id for r in Run.objects.all())
 
 
+def test_an_rq_heroku_worker_shut_down_mid_run_leaves_it_lost_not_failed(
+    schedulers: Schedulers, redis: object, tmp_path: Path
+) -> None:
+    """RQ's HerokuWorker cuts its work horse's job off with ShutDownImminentException, an
+    Exception raised from the horse's shutdown signal handler: the worker's shutdown, so
+    lost (run_lost, retried), not a failure of the task's own."""
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "long": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "long"},
+                retry_delay=1,
+                enqueue={"backend": "rq"},
+            )
+        }
+    )
+    schedulers.start_live(1)
+    worker = schedulers.start_worker("rq", "--worker-class", "rq.worker.HerokuWorker")
+    Task.objects.get(name="long").request_run()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.RUNNING).exists(),
+        what="the worker to take the run",
+    )
+
+    schedulers.expect_exit(worker)
+    worker.signal(signal.SIGTERM)  # its horse gets SIGRTMIN, and the job ends 6 s later
+    schedulers.wait_for(
+        lambda: not Run.objects.filter(status=RunStatus.RUNNING).exists(),
+        what="the worker to end the run",
+    )
+
+    (lost,) = Run.objects.filter(task__name="long")
+    assert lost.status == RunStatus.LOST, lost.error
+    assert "ShutDownImminentException" in lost.error
+    assert Task.objects.get(name="long").retry_at is not None
+    worker.wait()
+
+
 @pytest.mark.long
 def test_messages_the_broker_dropped_end_lost_after_start_deadline_and_are_retried(
     schedulers, redis
