@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -277,8 +278,10 @@ class TaskAdmin(Guarded, TaskStateActions):
             summary.append(format_html("{}: {}", str(Task._meta.verbose_name).capitalize(), task))
         if run_count:
             summary.append(display.runs_of_history(run_count))
-            run_admin = self.admin_site._registry.get(Run)
-            if run_admin is not None and not run_admin.has_delete_permission(request):
+            # The permission itself, not this site's run admin: a site without the run list
+            # must not let delete_task alone take the history with it.
+            codename = get_permission_codename("delete", Run._meta)
+            if not request.user.has_perm(f"{Run._meta.app_label}.{codename}"):
                 perms_needed.add(str(Run._meta.verbose_name_plural))
         for name in runs.unfinished().values_list("task__name", flat=True).distinct():
             # A retired task's last run may still be executing; its row must outlive it.
