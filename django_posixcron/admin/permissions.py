@@ -53,6 +53,15 @@ class Guarded(ModelAdmin):  # type: ignore[type-arg]
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         return checked_changelist(request, super().get_changelist_instance)
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: Any, search_term: str
+    ) -> tuple[Any, bool]:
+        # No stored text holds NUL, and PostgreSQL refuses it in a query (DataError, a 500):
+        # the list's search form strips it, the admin's autocomplete passes it on.
+        if "\x00" in search_term:
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:

@@ -52,6 +52,15 @@ def test_a_lookup_value_holding_nul_is_an_invalid_lookup(superuser, url, paramet
     assert invalid_lookup(client_for(superuser).get(f"{url}?{parameter}=a%00b"))
 
 
+@pytest.mark.parametrize(("model", "field"), [("run", "task"), ("run", "process")])
+def test_an_autocomplete_term_holding_nul_finds_nothing(superuser, model, field):
+    make_run(make_task())
+    query = f"app_label=django_posixcron&model_name={model}&field_name={field}&term=a%00b"
+    response = client_for(superuser).get(f"{reverse('admin:autocomplete')}?{query}")
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
 @pytest.mark.parametrize("url", [TASKS, RUNS, PROCESSES])
 def test_a_search_holding_nul_is_still_a_search(superuser, url):
     make_run(make_task())
