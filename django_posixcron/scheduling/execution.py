@@ -133,7 +133,8 @@ class Runs:
                 cap(f"Could not start the run: {describe_exception(exc)}"),
                 cap(traceback.format_exc(), keep_tail=True),
             )
-            write_outcomes([outcome], self.using, self.notifier)
+            # Written with the others by the next flush, kept while the database is away.
+            self.queue(outcome)
 
     def _execute(self, inflight: InFlight) -> None:
         """Run one task in the executor's thread and queue its outcome."""

@@ -522,16 +522,26 @@ class Scheduler:
                 for run in result.skipped:
                     log_finished(run)
                     self.notifier.finished(run)
-                with self.watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
-                    refused = self.claimer.enqueue_after_commit(started)
-                if refused:
-                    write_outcomes(refused, self.using, self.notifier)
+                # The local runs first, before anything after the commit can fail or wait: a
+                # database that drops the connection, or a Tasks broker slow to answer, must not
+                # leave a committed `running` run unexecuted (its process alive, nobody would
+                # ever mark it lost) nor start it late.
                 for run, declaration in started:
                     if run.backend:  # handed off (or refused by its backend, and recorded)
                         result.queued.append(run)
                     else:
                         self.runs.launch(run, declaration, now, claim_sent)
                         result.started.append(run)
+                with self.watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
+                    refused = self.claimer.enqueue_after_commit(started)
+                if refused:
+                    try:
+                        write_outcomes(refused, self.using, self.notifier)
+                    except Exception:
+                        # Kept, and written with the runs' outcomes once the database is back.
+                        for outcome in refused:
+                            self.runs.queue(outcome)
+                        raise
         # Not when a task falls due within moments, nor after a claim (what it read is due).
         self.pruner.prune(now, result.next_due_at)
         claimed = bool(result.claimed)

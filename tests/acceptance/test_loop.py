@@ -442,3 +442,35 @@ def test_an_error_message_with_a_nul_character_does_not_stall_the_scheduler(worl
     world.tick(T0 + HOUR)
     assert hits("fine") == 2
     assert task("binary").last_run_status == "failed"
+
+
+def test_a_run_the_executor_cannot_start_fails_and_the_others_of_its_batch_start(
+    world, monkeypatch
+):
+    """The executor refuses one run (no thread can be started): that run is recorded failed
+    and retried; the rest of its claim still starts."""
+    world.settings(
+        {name: record(name, "0 * * * *", retry_delay=60) for name in ("first", "second")}
+    )
+    scheduler = world.start(T0 - MINUTE)
+    executor = scheduler.executor
+    original, refused = executor.submit, list[int]()
+
+    def submit(key, call):
+        if not refused:
+            refused.append(key)
+            raise RuntimeError("can't start new thread")
+        return original(key, call)
+
+    monkeypatch.setattr(executor, "submit", submit)
+    world.tick(T0)
+    world.tick(T0 + dt.timedelta(seconds=1))  # writes what the first tick left to write
+
+    failed = Run.objects.select_related("task").get(pk=refused[0])
+    assert failed.status == "failed"
+    assert failed.error == "Could not start the run: RuntimeError: can't start new thread"
+    assert failed.finished_at is not None
+    assert failed.task.retry_at == failed.finished_at + MINUTE
+    (other,) = Run.objects.exclude(pk=failed.pk)
+    assert other.status == "succeeded"
+    assert hits(other.task.name) == 1

@@ -14,14 +14,16 @@ import sys
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django_tasks_db.models import DBTaskResult
 
+from django_posixcron.handoff.enqueue import Enqueuer
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling import liveness
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 from django_posixcron.signals import run_lost
 from django_posixcron.tasks import execute_run
+from tests.harness.waiting import wait_until
 from tests.harness.world import MINUTE, T0, hits, record
 from tests.testapp.models import Hit
 
@@ -602,3 +604,47 @@ def test_the_worker_heartbeats_the_run_while_it_executes(world):
     assert run.heartbeat_at is not None
     # POLL_INTERVAL is 1 s: the worker beat at least twice while the call slept.
     assert run.heartbeat_at - run.started_at >= dt.timedelta(seconds=1.5)
+
+
+def test_a_database_error_after_the_claim_commits_still_starts_its_local_runs(world, monkeypatch):
+    """The claim committed a local run `running` and a handed-off one `queued`; then writing
+    what the enqueue after the commit returned fails (the database restarted). The local run
+    must still execute: its process is alive, so nobody would ever mark it lost, and with
+    overlap "skip" every later occurrence would be skipped."""
+    world.settings({"local": record("local", "0 * * * *"), "export": handed_off("export")})
+    scheduler = world.start(T0 - MINUTE)
+
+    def after_commit(self, runs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Enqueuer, "after_commit", after_commit)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=15)
+    monkeypatch.undo()
+    world.tick(T0 + MINUTE)  # the loop's next tick writes the outcome
+
+    assert hits("local") == 1
+    (run,) = Run.objects.filter(task__name="local")
+    assert run.status == RunStatus.SUCCEEDED
+
+
+def test_a_slow_enqueue_after_the_commit_does_not_hold_back_the_local_runs(world, monkeypatch):
+    """A Tasks broker slow to answer holds the loop, not the local runs of the same claim:
+    they start first ("a run starts within milliseconds of its occurrence")."""
+    world.settings({"local": record("local", "0 * * * *"), "export": handed_off("export")})
+    world.start(T0 - MINUTE)
+    original = Enqueuer.after_commit
+    seen_started = []
+
+    def slow_after_commit(self, runs):
+        # Waits, as on a broker that does not answer, until the local run has started.
+        seen_started.append(
+            wait_until(lambda: hits("local") == 1, what="the local run to start first")
+        )
+        return original(self, runs)
+
+    monkeypatch.setattr(Enqueuer, "after_commit", slow_after_commit)
+    world.tick(T0)
+
+    assert seen_started == [True]

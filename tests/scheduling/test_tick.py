@@ -588,13 +588,14 @@ def test_a_runs_duration_counts_from_its_claim_not_from_its_hand_off(
     # had even started.
     tasks("quick", callable_path="tests.testapp.jobs.noop", next_run_at=T0)
     scheduler = make_scheduler()
-    enqueue = scheduler.claimer.enqueue_after_commit
+    claim = scheduler.claimer.claim
 
-    def slow_enqueue(*args: Any) -> Any:
-        time.sleep(0.3)  # the batch's handed-off runs going to a slow broker first
-        return enqueue(*args)
+    def slow_commit(*args: Any, **kwargs: Any) -> Any:
+        claimed = claim(*args, **kwargs)
+        time.sleep(0.3)  # a commit that takes its time (a synchronous replica, say)
+        return claimed
 
-    monkeypatch.setattr(scheduler.claimer, "enqueue_after_commit", slow_enqueue)
+    monkeypatch.setattr(scheduler.claimer, "claim", slow_commit)
     scheduler.tick(T0)
     assert scheduler.wait_idle(10)
 
