@@ -210,9 +210,13 @@ def signal_owed_failing(
         paused_by_failures = task.paused and failures >= pause_after.get(task.name, failures + 1)
         if failures < failing_after and not paused_by_failures:
             continue
-        won = Task.objects.using(using).filter(pk=task.pk, failing_signalled=False)
+        # As read: a success written since ended the episode (marking it now would mute the
+        # next one's alert), and the writer of a new failure sends it.
+        won = Task.objects.using(using).filter(
+            pk=task.pk, failing_signalled=False, consecutive_failures=failures
+        )
         if not won.update(failing_signalled=True):
-            continue  # another scheduler, or the writer of a new failure, sent it
+            continue  # another scheduler, or the writer of a new failure or success, has it
         logger.warning(
             "task %s is failing (%d failed runs in a row%s); sending the alert its last "
             "failure's scheduler did not send",

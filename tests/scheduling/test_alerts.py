@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.signals import post_init
 from django.dispatch import Signal
 from freezegun import freeze_time
 
@@ -461,3 +462,53 @@ def test_a_raising_receiver_is_named_with_its_signal_and_task_and_one_traceback(
         "ignored (traceback under django.dispatch)"
     ]
     assert [r.name for r in caplog.records if r.exc_info] == ["django.dispatch"]
+
+
+def test_an_owed_failing_alert_is_not_sent_for_an_episode_a_success_just_ended(
+    tasks, settings, received
+):
+    """The look for owed task_failing alerts reads a task three failures deep whose alert was
+    never sent (a forced exit); before it marks the episode, a peer records a success. The
+    episode ended: no stale alert, and the next three failures page once."""
+    task = failing_task(tasks, settings)
+    process = SchedulerProcessFactory.create(last_heartbeat_at=T0)
+
+    def run_at(at: dt.datetime) -> Run:
+        return Run.objects.create(
+            task=task,
+            trigger="cron",
+            status=RunStatus.RUNNING,
+            scheduled_for=at,
+            occurrence=at,
+            started_at=at,
+            process=process,
+        )
+
+    def record(at: dt.datetime, status: str, notifier: Notifier | None) -> None:
+        write_outcomes([Outcome(run_at(at), status, at, "boom")], app_alias(), notifier)
+
+    for hour in range(3):  # written without a notifier: the alert a forced exit left unsent
+        record(T0 + hour * HOUR, RunStatus.FAILED, None)
+    read = Task.objects.filter(pk=task.pk)
+    assert read.values_list("consecutive_failures", "failing_signalled").get() == (3, False)
+
+    peer_wrote: list[bool] = []
+
+    def success_meanwhile(sender: Any, instance: Task, **kwargs: Any) -> None:
+        # The owed look builds each candidate it read; a peer's success commits right then.
+        if not peer_wrote:
+            peer_wrote.append(True)
+            record(T0 + 3 * HOUR, RunStatus.SUCCEEDED, Notifier())
+
+    post_init.connect(success_meanwhile, sender=Task, weak=False)
+    try:
+        alerts.signal_owed_failing(app_alias(), Notifier(), 3, {})
+    finally:
+        post_init.disconnect(success_meanwhile, sender=Task)
+    assert peer_wrote
+    assert read.values_list("consecutive_failures", "failing_signalled").get() == (0, False)
+    assert received["failing"] == []
+
+    for hour in range(4, 7):
+        record(T0 + hour * HOUR, RunStatus.FAILED, Notifier())
+    assert [r["failures"] for r in received["failing"]] == [3]
