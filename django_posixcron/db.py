@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import (
     DEFAULT_DB_ALIAS,
@@ -124,7 +125,22 @@ class DatabaseNow(Func):
     def as_mysql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         # Not CURRENT_TIMESTAMP(6): that follows the session time zone, which Django leaves as
         # the server's; UTC_TIMESTAMP is UTC whatever the server is configured with.
-        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra)
+        sql, params = self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra)
+        zone = mysql_stored_zone(connection)
+        if zone is None:
+            return sql, params
+        # Django stores and reads this connection's datetimes as wall-clock times of its
+        # DATABASES TIME_ZONE: the clock must be in that zone too, or every due time is
+        # judged hours off (the server's time zone tables are needed: checked at start-up).
+        return f"CONVERT_TZ({sql}, '+00:00', %s)", (*params, zone)
+
+
+def mysql_stored_zone(connection: Any) -> str | None:
+    """Return the zone a MySQL/MariaDB connection stores datetimes in, when not UTC."""
+    if not settings.USE_TZ or connection.vendor != "mysql":
+        return None
+    zone: str = connection.timezone_name
+    return None if zone == "UTC" else zone
 
 
 _CLOCK_SQL = {

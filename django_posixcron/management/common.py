@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
-from django_posixcron.db import app_alias
+from django_posixcron.db import app_alias, mysql_stored_zone
 
 
 def command_alias(override: str | None) -> str:
@@ -112,7 +112,9 @@ def check_database_support(using: str) -> str:
                     f"MariaDB {version} is not supported: runscheduler needs SELECT ... FOR "
                     "UPDATE SKIP LOCKED, which MariaDB has from 10.6. Upgrade the server."
                 )
+            check_stored_zone(using)
             return f"MariaDB {version}"
+        check_stored_zone(using)
         if db.mysql_version < (8, 0, 1):
             raise CommandError(
                 f"MySQL {version} is not supported: runscheduler needs SELECT ... FOR UPDATE "
@@ -128,6 +130,30 @@ def check_database_support(using: str) -> str:
 
         return f"SQLite {sqlite3.sqlite_version} (one host only)"
     return vendor
+
+
+def check_stored_zone(using: str) -> None:
+    """Refuse a MySQL/MariaDB connection with a TIME_ZONE the server cannot convert to.
+
+    With DATABASES[alias]["TIME_ZONE"], Django stores datetimes as that zone's wall-clock
+    times, and the database's clock is read in it with CONVERT_TZ(), which needs the server's
+    time zone tables: without them it gives NULL, and no task would ever be due.
+    """
+    connection = connections[using]
+    zone = mysql_stored_zone(connection)
+    if zone is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', %s)", [zone])
+        (converted,) = cursor.fetchone()
+    if converted is None:
+        raise CommandError(
+            f"DATABASES[{using!r}]['TIME_ZONE'] is {zone!r}, and the database server has no "
+            "time zone tables to convert its clock to that zone (CONVERT_TZ() gives NULL), "
+            "so no due time could be judged. Load them (mariadb-tzinfo-to-sql "
+            "/usr/share/zoneinfo | mariadb -u root mysql, or mysql_tzinfo_to_sql on MySQL), "
+            "or remove TIME_ZONE from the database's settings."
+        )
 
 
 def check_migrated(using: str) -> None:
