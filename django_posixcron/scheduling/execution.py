@@ -79,6 +79,8 @@ class Runs:
         self.lock = threading.Lock()
         self.inflight: dict[int, InFlight] = {}
         self.outcomes: list[Outcome] = []
+        # Outcomes taken out of `outcomes` by a flush whose write has not returned yet.
+        self.writing = 0
         # Runs whose outcome is held back by rows locked elsewhere: since when (monotonic),
         # and which were logged (once each).
         self._held_since: dict[int, float] = {}
@@ -367,34 +369,43 @@ class Runs:
                 size = OUTCOME_BATCH if left < 0 else min(OUTCOME_BATCH, left)
                 batch = self.outcomes[:size]
                 del self.outcomes[:size]
+                self.writing += len(batch)
             if not batch:
                 return
             if left > 0:
                 left -= len(batch)
             held: list[Outcome] = []
             try:
-                write_outcomes(batch, self.using, self.notifier, held=held)
-            except Exception as exc:
-                if outage(exc):
-                    # The database is away: keep the outcomes for the tick that finds it back.
-                    with self.lock:
-                        self.outcomes[:0] = batch
-                    raise
-                # Refused for what it holds, not for an outage (a text the column's character
-                # set cannot store, a driver that cannot encode it): retrying the same batch
-                # would fail forever and stall the loop, and dropping it would leave its runs
-                # `running` until they were found lost and run again. Write the outcomes one
-                # at a time instead.
-                logger.exception(
-                    "could not record a batch of %d outcomes; recording them one by one",
-                    len(batch),
-                    extra={"action": "outcome_write_error"},
-                )
-                for outcome in batch:
-                    self._write_alone(outcome)
+                self._write_batch(batch, held)
+            finally:
+                with self.lock:
+                    self.writing -= len(batch)
             if held:
                 self._hold(held)
                 return  # tried again at the next flush, after what is queued behind them
+
+    def _write_batch(self, batch: list[Outcome], held: list[Outcome]) -> None:
+        """Write one batch; put it back if the database is away, else one by one if refused."""
+        try:
+            write_outcomes(batch, self.using, self.notifier, held=held)
+        except Exception as exc:
+            if outage(exc):
+                # The database is away: keep the outcomes for the tick that finds it back.
+                with self.lock:
+                    self.outcomes[:0] = batch
+                raise
+            # Refused for what it holds, not for an outage (a text the column's character
+            # set cannot store, a driver that cannot encode it): retrying the same batch
+            # would fail forever and stall the loop, and dropping it would leave its runs
+            # `running` until they were found lost and run again. Write the outcomes one
+            # at a time instead.
+            logger.exception(
+                "could not record a batch of %d outcomes; recording them one by one",
+                len(batch),
+                extra={"action": "outcome_write_error"},
+            )
+            for outcome in batch:
+                self._write_alone(outcome)
 
     def _hold(self, held: list[Outcome]) -> None:
         """Keep outcomes whose rows another transaction holds for the next flush; say so once.

@@ -324,17 +324,24 @@ def first_signal(scheduler: Scheduler, name: str) -> None:
 def _stop_deadline(scheduler: Scheduler) -> None:
     """Force the exit of a graceful stop that does not end in time (runs on its own thread).
 
-    GRACEFUL_PAST_GRACE after the signal, with no run to wait for and no outcome to record,
-    a stop still going is stuck on a database or a Tasks broker that does not answer
-    (unless it is giving signal receivers their bounded time): the grace period, which is
-    for runs, is not waited out. Otherwise the stop gets until GRACEFUL_PAST_GRACE past the
-    grace period.
+    GRACEFUL_PAST_GRACE after the signal, with no run to wait for and no outcome to record
+    (queued or being written), a stop still going is stuck on a database or a Tasks broker
+    that does not answer (unless it is giving signal receivers their bounded time): the grace
+    period, which is for runs, is not waited out. Otherwise the stop gets until
+    GRACEFUL_PAST_GRACE past the grace period.
     """
     stopped, since, runs = scheduler.stopped, scheduler.stop_requested_at, scheduler.runs
     assert since is not None
     if stopped.wait(GRACEFUL_PAST_GRACE):
         return
-    if not runs.pks() and not runs.unrecorded and not scheduler.draining_receivers:
+    # An outcome batch being written counts: cut off mid-write, its runs, whose callables
+    # returned, would be left `running` and found lost (run again).
+    if (
+        not runs.pks()
+        and not runs.unrecorded
+        and not runs.writing
+        and not scheduler.draining_receivers
+    ):
         logger.error(
             "the scheduler has not stopped %g s after the signal, with no run to wait for "
             "(a database or a Tasks backend that does not answer?); exiting now, as on a "

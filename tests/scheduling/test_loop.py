@@ -538,3 +538,31 @@ def test_a_claim_by_the_database_clock_never_claims_before_the_due_time(
     assert result.claimed == []
     assert not Run.objects.exists()
     assert Task.objects.get(name="later").due_at == requested
+
+
+@pytest.mark.parametrize("writing", [0, 3])
+def test_the_stop_deadline_does_not_cut_off_an_outcome_write_in_progress(
+    make_scheduler, monkeypatch, writing
+):
+    """A graceful stop still going soon after the signal, with no run left and no outcome
+    queued, is stuck and forced out at once, unless a batch of outcomes is being written:
+    cut off mid-write, runs whose callables returned would be found lost and run again.
+    That stop gets the grace period (and its margin) like one with runs to wait for."""
+    from django_posixcron.scheduling import shutdown
+
+    scheduler = make_scheduler(grace=0.3)
+    forced: list[str] = []
+    monkeypatch.setattr(shutdown, "GRACEFUL_PAST_GRACE", 0.1)
+    monkeypatch.setattr(shutdown, "_force", lambda scheduler, why: forced.append(why))
+    scheduler.runs.writing = writing  # a flush's batch taken out and not committed yet
+    scheduler.request_stop()
+
+    deadline = threading.Thread(target=shutdown._stop_deadline, args=(scheduler,))
+    deadline.start()
+    deadline.join(10)
+
+    assert len(forced) == 1
+    if writing:
+        assert "overran its 0.3 s grace period" in forced[0]
+    else:
+        assert "stop was stuck" in forced[0]
