@@ -105,6 +105,7 @@ def check_database_support(using: str) -> str:
     db: Any = connection  # the vendor's attributes (mysql_version, pg_version) are not typed
     if vendor == "mysql":
         connection.ensure_connection()
+        check_stored_zone(using)
         version = ".".join(str(part) for part in db.mysql_version)
         if db.mysql_is_mariadb:
             if db.mysql_version < (10, 6):
@@ -112,9 +113,7 @@ def check_database_support(using: str) -> str:
                     f"MariaDB {version} is not supported: runscheduler needs SELECT ... FOR "
                     "UPDATE SKIP LOCKED, which MariaDB has from 10.6. Upgrade the server."
                 )
-            check_stored_zone(using)
             return f"MariaDB {version}"
-        check_stored_zone(using)
         if db.mysql_version < (8, 0, 1):
             raise CommandError(
                 f"MySQL {version} is not supported: runscheduler needs SELECT ... FOR UPDATE "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -498,15 +499,27 @@ def stopping_worker():
     signal.signal(signal.SIGTERM, previous)
 
 
-def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(
-    world, stopping_worker
-):
+@pytest.fixture
+def lost_runs() -> Iterator[list[int]]:
+    """The runs run_lost is sent for, by primary key."""
+    lost: list[int] = []
+
+    def on_lost(sender: object, run: Run, **kwargs: object) -> None:
+        lost.append(run.pk)
+
+    run_lost.connect(on_lost)
+    yield lost
+    run_lost.disconnect(on_lost)
+
+
+def queue_a_run(world: Any, name: str, job: str) -> Run:
+    """Declare `name`, handed off, running tests.testapp.jobs.`job`; queue its run."""
     world.settings(
         {
-            "stopped": {
+            name: {
                 "schedule": "0 * * * *",
-                "callable": "tests.testapp.jobs.signal_own_process",
-                "kwargs": {"task_name": "stopped"},
+                "callable": f"tests.testapp.jobs.{job}",
+                "kwargs": {"task_name": name},
                 "retry_delay": 60,
                 "enqueue": True,
             }
@@ -514,71 +527,46 @@ def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(
     )
     world.start(T0 - MINUTE)
     world.tick(T0)
+    return only_run(name)
 
-    lost = []
 
-    def on_lost(sender: object, run: Run, **kwargs: object) -> None:
-        lost.append(run.pk)
-
-    run_lost.connect(on_lost)
-    try:
-        with pytest.raises(SystemExit):
-            deliver(only_run("stopped"))
-    finally:
-        run_lost.disconnect(on_lost)
+def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(
+    world, stopping_worker, lost_runs
+):
+    with pytest.raises(SystemExit):
+        deliver(queue_a_run(world, "stopped", "signal_own_process"))
 
     # "A run cut off by it ends lost and is retried."
     run = only_run("stopped")
     assert run.status == RunStatus.LOST
     assert "was stopped while this run was running (SystemExit: 1)" in run.error
-    assert lost == [run.pk]
+    assert lost_runs == [run.pk]
     assert Task.objects.get(name="stopped").retry_at is not None
 
 
 @pytest.mark.parametrize("callable_name", ["raise_system_exit", "raise_keyboard_interrupt"])
 def test_a_task_that_exits_by_itself_fails_and_the_worker_goes_on(
-    world, stopping_worker, callable_name
+    world, stopping_worker, lost_runs, callable_name
 ):
     """A script-like job's sys.exit() is its own failure, as on the scheduler's executors;
     the worker is not being stopped, so it takes its next job. (KeyboardInterrupt is what
     Python's own SIGINT handler raises, from no frame of the worker's: it reads as a stop.)"""
-    world.settings(
-        {
-            "exits": {
-                "schedule": "0 * * * *",
-                "callable": f"tests.testapp.jobs.{callable_name}",
-                "kwargs": {"task_name": "exits"},
-                "retry_delay": 60,
-                "enqueue": True,
-            }
-        }
-    )
-    world.start(T0 - MINUTE)
-    world.tick(T0)
-    lost = []
-
-    def on_lost(sender: object, run: Run, **kwargs: object) -> None:
-        lost.append(run.pk)
-
-    run_lost.connect(on_lost)
-    try:
-        if callable_name == "raise_keyboard_interrupt":
-            with pytest.raises(KeyboardInterrupt):
-                deliver(only_run("exits"))
-        else:
-            deliver(only_run("exits"))  # returns: the worker goes on
-    finally:
-        run_lost.disconnect(on_lost)
+    queued = queue_a_run(world, "exits", callable_name)
+    if callable_name == "raise_keyboard_interrupt":
+        with pytest.raises(KeyboardInterrupt):
+            deliver(queued)
+    else:
+        deliver(queued)  # returns: the worker goes on
 
     run = only_run("exits")
     if callable_name == "raise_keyboard_interrupt":
         assert run.status == RunStatus.LOST
-        assert lost == [run.pk]
+        assert lost_runs == [run.pk]
     else:
         assert run.status == RunStatus.FAILED
         assert run.error == "SystemExit: 2"
         assert "raise SystemExit(2)" in run.traceback
-        assert lost == []
+        assert lost_runs == []
     assert Task.objects.get(name="exits").retry_at is not None
 
 

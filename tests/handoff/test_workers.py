@@ -16,7 +16,7 @@ import pytest
 from django.db.models import Count
 
 from django_posixcron.models import Run, RunStatus, Task
-from tests.harness.processes import Schedulers, record_task, task
+from tests.harness.processes import Child, Schedulers, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -53,6 +53,32 @@ def request_and_wait(schedulers: Schedulers, name: str, count: int) -> None:
         )
 
 
+def long_run_on_a_worker(
+    schedulers: Schedulers, release: Path, enqueue: object = True, *worker_args: str
+) -> Child:
+    """Start a scheduler and a worker; have the worker take a run of "long", which waits for
+    `release` to exist (retry_delay 1 s); return the worker."""
+    schedulers.configure(
+        {
+            "long": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "long"},
+                retry_delay=1,
+                enqueue=enqueue,
+            )
+        }
+    )
+    schedulers.start_live(1)
+    worker = schedulers.start_worker(*worker_args)
+    Task.objects.get(name="long").request_run()
+    # The only worker: its run (an RQ work horse runs it under a pid of its own).
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.RUNNING).exists(),
+        what="the worker to take the run",
+    )
+    return worker
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_db_workers_run_each_requested_run_once_beside_two_schedulers(schedulers, workers):
     schedulers.configure(
@@ -77,25 +103,7 @@ def test_a_killed_worker_leaves_its_run_lost_then_the_retry_runs_on_another(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
-    schedulers.configure(
-        {
-            "long": task(
-                "tests.testapp.jobs.wait_for_file",
-                kwargs={"path": str(release), "task_name": "long"},
-                retry_delay=1,
-                enqueue=True,
-            )
-        }
-    )
-    schedulers.start_live(1)
-    doomed = schedulers.start_worker()
-    Task.objects.get(name="long").request_run()
-    schedulers.wait_for(
-        lambda: Run.objects.filter(
-            status=RunStatus.RUNNING, worker__endswith=f":{doomed.pid}"
-        ).exists(),
-        what="the worker to take the run",
-    )
+    doomed = long_run_on_a_worker(schedulers, release)
 
     schedulers.expect_exit(doomed)
     doomed.kill()
@@ -119,23 +127,7 @@ def test_a_db_worker_stopped_by_a_second_sigterm_leaves_its_run_lost_and_retried
     """db_worker finishes its job on a first SIGTERM and abandons it on a second (its handler
     raises SystemExit in the job): "a run cut off by it ends lost and is retried"."""
     release = tmp_path / "release"
-    schedulers.configure(
-        {
-            "long": task(
-                "tests.testapp.jobs.wait_for_file",
-                kwargs={"path": str(release), "task_name": "long"},
-                retry_delay=1,
-                enqueue=True,
-            )
-        }
-    )
-    schedulers.start_live(1)
-    stopped = schedulers.start_worker()
-    Task.objects.get(name="long").request_run()
-    schedulers.wait_for(
-        lambda: Run.objects.filter(status=RunStatus.RUNNING).exists(),
-        what="the worker to take the run",
-    )
+    stopped = long_run_on_a_worker(schedulers, release)
 
     schedulers.expect_exit(stopped)
     stopped.signal(signal.SIGTERM)
@@ -217,22 +209,8 @@ def test_an_rq_heroku_worker_shut_down_mid_run_leaves_it_lost_not_failed(
     Exception raised from the horse's shutdown signal handler: the worker's shutdown, so
     lost (run_lost, retried), not a failure of the task's own."""
     release = tmp_path / "release"
-    schedulers.configure(
-        {
-            "long": task(
-                "tests.testapp.jobs.wait_for_file",
-                kwargs={"path": str(release), "task_name": "long"},
-                retry_delay=1,
-                enqueue={"backend": "rq"},
-            )
-        }
-    )
-    schedulers.start_live(1)
-    worker = schedulers.start_worker("rq", "--worker-class", "rq.worker.HerokuWorker")
-    Task.objects.get(name="long").request_run()
-    schedulers.wait_for(
-        lambda: Run.objects.filter(status=RunStatus.RUNNING).exists(),
-        what="the worker to take the run",
+    worker = long_run_on_a_worker(
+        schedulers, release, {"backend": "rq"}, "rq", "--worker-class", "rq.worker.HerokuWorker"
     )
 
     schedulers.expect_exit(worker)

@@ -471,21 +471,10 @@ def test_an_owed_failing_alert_is_not_sent_for_an_episode_a_success_just_ended(
     never sent (a forced exit); before it marks the episode, a peer records a success. The
     episode ended: no stale alert, and the next three failures page once."""
     task = failing_task(tasks, settings)
-    process = SchedulerProcessFactory.create(last_heartbeat_at=T0)
-
-    def run_at(at: dt.datetime) -> Run:
-        return Run.objects.create(
-            task=task,
-            trigger="cron",
-            status=RunStatus.RUNNING,
-            scheduled_for=at,
-            occurrence=at,
-            started_at=at,
-            process=process,
-        )
 
     def record(at: dt.datetime, status: str, notifier: Notifier | None) -> None:
-        write_outcomes([Outcome(run_at(at), status, at, "boom")], app_alias(), notifier)
+        run = running_on_a_dead_process(task, at)  # whose process does not matter here
+        write_outcomes([Outcome(run, status, at, "boom")], app_alias(), notifier)
 
     for hour in range(3):  # written without a notifier: the alert a forced exit left unsent
         record(T0 + hour * HOUR, RunStatus.FAILED, None)
