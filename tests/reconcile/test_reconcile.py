@@ -13,7 +13,7 @@ from freezegun import freeze_time
 
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Run, Task
-from django_posixcron.reconcile import apply, plan, reconcile
+from django_posixcron.reconcile import DEFINITION_FIELDS, apply, plan, reconcile
 from tests.harness.declaring import NOW, declare, task
 
 UTC = dt.UTC
@@ -79,6 +79,68 @@ def test_a_schedule_or_zone_edited_by_hand_is_rewritten_from_settings():
     assert Task.objects.get(name="a").schedule == "15 3 * * *"
     assert Task.objects.get(name="b").timezone == "Asia/Kolkata"
     assert reconcile(now=NOW, declarations=declarations).is_empty
+
+
+@pytest.mark.parametrize(
+    ("field", "edited"),
+    [
+        ("callable_path", "tests.testapp.jobs.fail"),
+        ("kwargs", {"label": "edited"}),
+        ("kwargs", {}),
+        ("retry_delay", dt.timedelta(seconds=1)),
+        ("overlap", "allow"),
+        ("timeout", None),
+        ("description", "edited"),
+        ("definition_hash", "0" * 64),
+    ],
+)
+def test_any_definition_column_edited_by_hand_is_rewritten_from_settings(field, edited):
+    # The loop goes by the stored timeout, overlap and retry delay, and the admin shows the
+    # stored callable, arguments and description: a restart must put back what settings
+    # declare, as `runscheduler --check` reports it, and leave the cursor where it was.
+    declarations = declare(
+        a=task(
+            "15 3 * * *",
+            callable="tests.testapp.jobs.record",
+            kwargs={"label": "declared", "task_name": "a"},
+            timeout=30,
+            overlap="skip",
+            description="declared",
+        )
+    )
+    reconcile(now=NOW, declarations=declarations)
+    before = Task.objects.get(name="a")
+    Task.objects.filter(name="a").update(**{field: edited})
+
+    assert not plan(declarations, Task.objects.all(), NOW).is_empty
+    result = reconcile(now=NOW + dt.timedelta(minutes=1), declarations=declarations)
+
+    assert [c.task.name for c in result.update] == ["a"]
+    after = Task.objects.get(name="a")
+    for name in DEFINITION_FIELDS:
+        assert getattr(after, name) == getattr(before, name), name
+    assert after.next_run_at == before.next_run_at
+    assert reconcile(now=NOW, declarations=declarations).is_empty
+
+
+def test_numbers_the_database_keeps_as_decimals_are_not_a_change():
+    # PostgreSQL's jsonb gives 1e100 back as the integer 10**100: compared as they are, the
+    # task was rewritten at every start-up and `--check` never passed.
+    arguments = {
+        "huge": 1e100,
+        "tiny": 1.5e-7,
+        "zero": -0.0,
+        "exact": 12345678901234567890,
+        "nested": [{"x": 1e300}, 2.5, True, None],
+    }
+    declarations = declare(a=task(callable="tests.testapp.jobs.takes_anything", kwargs=arguments))
+    reconcile(now=NOW, declarations=declarations)
+
+    assert plan(declarations, Task.objects.all(), NOW).is_empty
+    assert reconcile(now=NOW, declarations=declarations).is_empty
+    Task.objects.filter(name="a").update(kwargs={**arguments, "exact": 12345678901234567891})
+    assert not plan(declarations, Task.objects.all(), NOW).is_empty
+    assert [c.task.name for c in reconcile(now=NOW, declarations=declarations).update] == ["a"]
 
 
 def test_stored_row_matches_the_declaration():
