@@ -6,6 +6,7 @@ import copy
 import datetime as dt
 import logging
 import threading
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -128,6 +129,8 @@ def test_numbers_the_database_keeps_as_decimals_are_not_a_change():
     # task was rewritten at every start-up and `--check` never passed.
     arguments = {
         "huge": 1e100,
+        "large": 1.5e20,
+        "whole": 2.0,
         "tiny": 1.5e-7,
         "zero": -0.0,
         "exact": 12345678901234567890,
@@ -141,6 +144,24 @@ def test_numbers_the_database_keeps_as_decimals_are_not_a_change():
     Task.objects.filter(name="a").update(kwargs={**arguments, "exact": 12345678901234567891})
     assert not plan(declarations, Task.objects.all(), NOW).is_empty
     assert [c.task.name for c in reconcile(now=NOW, declarations=declarations).update] == ["a"]
+
+
+@pytest.mark.parametrize(("old", "new"), [(1, True), (0, False), (2, 2.0), ([1], [True])])
+def test_kwargs_that_change_type_but_not_value_are_rewritten(old, new):
+    # Python finds 1 == True == 1.0, the callable does not: the stored arguments (shown in
+    # the admin) must follow, and the change line must name the kwargs.
+    declared = partial(task, callable="tests.testapp.jobs.takes_anything")
+    reconcile(now=NOW, declarations=declare(a=declared(kwargs={"x": old})))
+    declarations = declare(a=declared(kwargs={"x": new}))
+
+    [change] = reconcile(now=NOW, declarations=declarations).update
+
+    assert "kwargs" in change.fields
+    assert change.details[0].startswith("kwargs ")
+    stored = Task.objects.get(name="a").kwargs["x"]
+    assert stored == new
+    assert type(stored) is type(new)
+    assert reconcile(now=NOW, declarations=declarations).is_empty
 
 
 def test_stored_row_matches_the_declaration():
