@@ -12,6 +12,7 @@ import functools
 import os
 import threading
 import weakref
+import zoneinfo
 from collections.abc import Callable
 from typing import Any
 
@@ -140,7 +141,48 @@ def mysql_stored_zone(connection: Any) -> str | None:
     if not settings.USE_TZ or connection.vendor != "mysql":
         return None
     zone: str = connection.timezone_name
-    return None if zone == "UTC" else zone
+    return None if is_utc(zone) else zone
+
+
+# Instants a zone's offset is read at to tell UTC under another name ("Etc/UTC", "GMT") from
+# a zone that only sometimes sits at +00:00 (Europe/London in winter).
+_ZONE_PROBES = tuple(
+    dt.datetime(year, month, 1, tzinfo=UTC) for year in (1980, 2000, 2026) for month in (1, 7)
+)
+
+
+@functools.lru_cache(maxsize=32)
+def is_utc(zone: str) -> bool:
+    """Return True for UTC and its aliases: a zone at +00:00 with no summer time."""
+    if zone == "UTC":
+        return True
+    offsets = _zone_offsets(zone)
+    return offsets is not None and offsets == {dt.timedelta(0)}
+
+
+@functools.lru_cache(maxsize=32)
+def has_summer_time(zone: str) -> bool:
+    """Return True when `zone` changed its offset within the last years or plans to: its
+    wall-clock times repeat once a year, in the hour the clocks go back."""
+    offsets = _zone_offsets(zone, tuple(_recent_probes()))
+    return offsets is not None and len(offsets) > 1
+
+
+def _recent_probes() -> list[dt.datetime]:
+    """Every week from a year ago to a year ahead (a month's change, Morocco's in Ramadan,
+    falls between two month starts)."""
+    start = dt.datetime.now(UTC) - dt.timedelta(days=366)
+    return [start + dt.timedelta(weeks=week) for week in range(106)]
+
+
+def _zone_offsets(
+    zone: str, probes: tuple[dt.datetime, ...] = _ZONE_PROBES
+) -> set[dt.timedelta | None] | None:
+    try:
+        info = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
+    return {probe.astimezone(info).utcoffset() for probe in probes}
 
 
 _CLOCK_SQL = {

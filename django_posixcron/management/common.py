@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -10,7 +11,9 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
-from django_posixcron.db import app_alias, mysql_stored_zone
+from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone
+
+logger = logging.getLogger("django_posixcron.scheduler")
 
 
 def command_alias(override: str | None) -> str:
@@ -152,6 +155,21 @@ def check_stored_zone(using: str) -> None:
             "so no due time could be judged. Load them (mariadb-tzinfo-to-sql "
             "/usr/share/zoneinfo | mariadb -u root mysql, or mysql_tzinfo_to_sql on MySQL), "
             "or remove TIME_ZONE from the database's settings."
+        )
+    if has_summer_time(zone):
+        # Django stores this connection's datetimes as wall-clock times without their
+        # offset: in the hour the clocks go back each wall-clock time names two instants,
+        # and reads back as the first. A run scheduled in the second is taken for one
+        # already made, and the loop goes on finding it due until the hour has passed.
+        logger.warning(
+            "DATABASES[%r]['TIME_ZONE'] is %r, which has summer "
+            "time: MySQL and MariaDB store this connection's datetimes as its wall-clock "
+            "times, which repeat in the hour the clocks go back, so occurrences due in that "
+            "hour can be missed. Route django_posixcron to a database alias without TIME_ZONE "
+            "(its tables hold UTC then), or give it a zone without summer time.",
+            using,
+            zone,
+            extra={"action": "database_zone_summer_time", "zone": zone},
         )
 
 
