@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
@@ -404,8 +404,8 @@ class Runs:
                 len(batch),
                 extra={"action": "outcome_write_error"},
             )
-            for outcome in batch:
-                self._write_alone(outcome)
+            for index, outcome in enumerate(batch):
+                self._write_alone(outcome, batch[index + 1 :])
 
     def _hold(self, held: list[Outcome]) -> None:
         """Keep outcomes whose rows another transaction holds for the next flush; say so once.
@@ -443,11 +443,13 @@ class Runs:
                 extra={"action": "outcome_held"},
             )
 
-    def _write_alone(self, outcome: Outcome) -> None:
+    def _write_alone(self, outcome: Outcome, rest: Sequence[Outcome] = ()) -> None:
         """Record one outcome; if the database refuses its texts, record it with plainer ones.
 
         First with the characters outside the Basic Multilingual Plane escaped (a utf8mb3
         connection or table on MySQL refuses an emoji), then with the error alone, in ASCII.
+        If the database goes away meanwhile, the outcome and `rest` (the rest of its batch,
+        not written yet) are kept, in their order, for the next flush.
         """
         refused: BaseException | None = None
         for version in (outcome, *self._plainer(outcome)):
@@ -462,7 +464,8 @@ class Runs:
                 return
             except Exception as exc:
                 if outage(exc):
-                    self.queue(version)
+                    with self.lock:
+                        self.outcomes[:0] = [version, *rest]
                     raise
                 refused = refused or exc
         # Dropping one outcome leaves its run `running` until this process stops (then it is

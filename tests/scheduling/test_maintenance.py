@@ -7,7 +7,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import OperationalError
+from django.db import DataError, OperationalError
 from django.db.models import QuerySet
 
 from django_posixcron.models import DeclarationSet, Run, RunStatus, SchedulerProcess, Task, Trigger
@@ -229,3 +229,44 @@ def test_a_restored_task_forgets_a_run_requested_before_it_was_retired(posixcron
     assert task.declared
     assert task.run_requested_at is None
     assert task.due_at == dt.datetime(2031, 1, 1, tzinfo=dt.UTC)
+
+
+def test_the_database_going_away_while_outcomes_are_written_one_by_one_keeps_the_rest(
+    tasks, make_scheduler, monkeypatch
+):
+    # A batch the database refused is written one outcome at a time. An outage in the middle
+    # kept the outcome being written and dropped the ones after it: their runs stayed
+    # `running` on a live process until it stopped, then were marked lost and run again.
+    for name in ("a", "b", "c"):
+        tasks(name)
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    assert scheduler.executor.wait_idle(10)
+    queued = [o.run.task.name for o in scheduler.runs.outcomes]
+    assert sorted(queued) == ["a", "b", "c"]
+
+    from django_posixcron.scheduling import execution, outcomes
+
+    real = outcomes.write_outcomes
+    faults = iter(
+        [
+            DataError("value too long for the column"),  # the batch: refused
+            None,  # the first alone: written
+            OperationalError("server closed the connection unexpectedly"),  # the second
+        ]
+    )
+
+    def faulty(*args: Any, **kwargs: Any) -> Any:
+        fault = next(faults, None)
+        if fault is not None:
+            raise fault
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(execution, "write_outcomes", faulty)
+    with pytest.raises(OperationalError):
+        scheduler.runs.flush()
+    assert [o.run.task.name for o in scheduler.runs.outcomes] == queued[1:]
+
+    scheduler.runs.flush()  # the database is back
+    assert scheduler.runs.outcomes == []
+    assert sorted(Run.objects.values_list("status", flat=True)) == [RunStatus.SUCCEEDED] * 3
