@@ -19,6 +19,7 @@ import time
 import traceback
 import types
 from functools import cache
+from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import (
@@ -165,14 +166,17 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
     status, error, tb = RunStatus.SUCCEEDED, "", ""
     stopping: BaseException | None = None
     handlers = _signal_handlers()
+    func: Any = None
     try:
         send_robust(run_started, run)
         context = RunContext.of(run, declaration.timezone) if declaration.takes_context else None
         args = () if context is None else (context,)
         # What runs is always resolved from settings, never from the stored path.
-        refuse_unrun(declaration.resolve()(*args, **dict(declaration.kwargs or {})))
+        func = declaration.resolve()
+        refuse_unrun(func(*args, **dict(declaration.kwargs or {})))
     except BaseException as exc:
-        if _stops_the_worker(exc, handlers | _signal_handlers()):
+        own = getattr(getattr(func, "__func__", func), "__code__", None)
+        if _stops_the_worker(exc, handlers | _signal_handlers(), own):
             # The worker is being stopped: its signal handler raised this in the task's
             # thread. "A worker's shutdown is the backend's business, and a run cut off by it
             # ends lost and is retried": recorded lost (the retry rule applies, run_lost is
@@ -224,7 +228,9 @@ def _signal_handlers() -> frozenset[types.CodeType]:
     return frozenset(codes)
 
 
-def _stops_the_worker(exc: BaseException, handlers: frozenset[types.CodeType]) -> bool:
+def _stops_the_worker(
+    exc: BaseException, handlers: frozenset[types.CodeType], own: Any = None
+) -> bool:
     """Say whether `exc` stops the worker rather than ends the task.
 
     A stop signal's handler raises it in the middle of the task's code, and the handler's
@@ -233,12 +239,18 @@ def _stops_the_worker(exc: BaseException, handlers: frozenset[types.CodeType]) -
     its next job. KeyboardInterrupt is what Python's own SIGINT handler raises, from no
     Python frame: always a stop. (SIGALRM is not a stop signal: RQ's job timeout raises from
     its handler, and a timeout is recorded as such.)
+
+    `own` is the code of the task's callable. A callable that is also a stop signal's
+    handler (a reload hook for SIGHUP, scheduled too) has its own frame right under the
+    frame that called it: that one is the task, not a signal.
     """
     if isinstance(exc, KeyboardInterrupt):
         return True
     tb = exc.__traceback__
+    callee = tb.tb_next if tb is not None else None
     while tb is not None:
-        if tb.tb_frame.f_code in handlers:
+        code = tb.tb_frame.f_code
+        if code in handlers and not (tb is callee and code is own):
             return True
         tb = tb.tb_next
     return False

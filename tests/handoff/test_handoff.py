@@ -570,6 +570,40 @@ def test_a_task_that_exits_by_itself_fails_and_the_worker_goes_on(
     assert Task.objects.get(name="exits").retry_at is not None
 
 
+@pytest.fixture
+def hook_on_sigterm():
+    """A project that installed one of its scheduled callables as its SIGTERM handler."""
+    from tests.testapp.jobs import reload_or_exit
+
+    previous = signal.signal(signal.SIGTERM, reload_or_exit)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_task_that_is_also_a_stop_signals_handler_fails_by_itself(
+    world, hook_on_sigterm, lost_runs
+):
+    # Called by the worker as the task, its frame is the one right under the worker's: its
+    # exit is its own failure. It read as the worker being stopped (lost, and raised again).
+    deliver(queue_a_run(world, "hook", "reload_or_exit"))
+
+    run = only_run("hook")
+    assert run.status == RunStatus.FAILED
+    assert run.error == "SystemExit: 3"
+    assert lost_runs == []
+
+
+def test_the_same_handler_run_by_the_signal_in_the_middle_of_the_task_stops_the_worker(
+    world, hook_on_sigterm, lost_runs
+):
+    with pytest.raises(SystemExit):
+        deliver(queue_a_run(world, "stopped", "signal_own_process"))
+
+    run = only_run("stopped")
+    assert run.status == RunStatus.LOST
+    assert lost_runs == [run.pk]
+
+
 def test_the_worker_heartbeats_the_run_while_it_executes(world):
     world.settings(
         {
