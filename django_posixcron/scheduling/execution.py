@@ -241,16 +241,24 @@ class Runs:
                 f"Timed out after {inflight.deadline - run.started_at}.{note}",
             )
             held: list[Outcome] = []
+            written = False
+            with self.lock:
+                self.writing += 1  # out of `inflight`, in no queue: counted while written
             try:
                 if write_outcomes([outcome], self.using, self.notifier, held=held):
                     timed_out.append(run)
-                elif held:
-                    self._hold(held)
+                written = True
             except DatabaseError:
                 self.queue(outcome)
                 raise
             finally:
+                with self.lock:
+                    if written:
+                        self.outcomes.extend(held)
+                    self.writing -= 1
                 self.executor.release(run.pk)
+            if held:
+                self._note_held(held)
         return timed_out
 
     def wait_idle(self, timeout: float | None, now: Callable[[], dt.datetime]) -> bool:
@@ -375,13 +383,19 @@ class Runs:
             if left > 0:
                 left -= len(batch)
             held: list[Outcome] = []
+            written = False
             try:
                 self._write_batch(batch, held)
+                written = True
             finally:
                 with self.lock:
+                    # Queued again before they stop counting as being written: nothing may
+                    # see them nowhere (the stop deadline would take the process for idle).
+                    if written:
+                        self.outcomes.extend(held)
                     self.writing -= len(batch)
             if held:
-                self._hold(held)
+                self._note_held(held)
                 return  # tried again at the next flush, after what is queued behind them
 
     def _write_batch(self, batch: list[Outcome], held: list[Outcome]) -> None:
@@ -407,8 +421,9 @@ class Runs:
             for index, outcome in enumerate(batch):
                 self._write_alone(outcome, batch[index + 1 :])
 
-    def _hold(self, held: list[Outcome]) -> None:
-        """Keep outcomes whose rows another transaction holds for the next flush; say so once.
+    def _note_held(self, held: list[Outcome]) -> None:
+        """Note outcomes whose rows another transaction holds, kept for the next flush; say
+        so once.
 
         Behind the others queued, so a hundred held outcomes cannot keep every later one out
         of its batch; a task's outcomes keep their order, since its row holds them all. A row
@@ -419,7 +434,6 @@ class Runs:
         """
         now = time.monotonic()
         with self.lock:
-            self.outcomes.extend(held)
             waiting = {o.run.pk for o in self.outcomes}
         # Forget the runs recorded since: the two stay as small as what is held.
         for pk in [pk for pk in self._held_since if pk not in waiting]:

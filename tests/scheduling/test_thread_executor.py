@@ -109,3 +109,43 @@ def test_the_scheduler_keeps_working_with_many_hung_runs(tasks, make_scheduler):
     assert scheduler.wait_idle(timeout=10)
     assert Hit.objects.filter(task_name="later").count() == 1
     assert Run.objects.get(task__name="later").status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_timeout_being_recorded_counts_as_an_outcome_being_written(
+    tasks, make_scheduler, monkeypatch
+):
+    # Out of the runs in flight and in no queue while its write goes on: the stop deadline
+    # took the process for idle then, and could force it out with the timeout unrecorded.
+    from django_posixcron.scheduling import execution, outcomes
+
+    tasks(
+        "hangs",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": "counted", "task_name": "hangs"},
+        timeout=1,
+    )
+    scheduler = make_scheduler()
+    scheduler.tick(T0 + dt.timedelta(seconds=1))
+    wait_until(
+        lambda: Hit.objects.filter(task_name="hangs", label="started").exists(),
+        what="the call to start",
+    )
+    real = outcomes.write_outcomes
+    seen: list[tuple[int, int, int]] = []
+
+    def watched(*args, **kwargs):
+        runs = scheduler.runs
+        seen.append((runs.writing, runs.unrecorded, len(runs.pks())))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(execution, "write_outcomes", watched)
+    try:
+        scheduler.runs.check_timeouts(T0 + dt.timedelta(minutes=1), stops_on_timeout=False)
+    finally:
+        jobs.gate("counted").set()
+
+    assert seen == [(1, 0, 0)]
+    assert scheduler.runs.writing == 0
+    assert Run.objects.get().status == RunStatus.TIMED_OUT
+    assert scheduler.wait_idle(10)
