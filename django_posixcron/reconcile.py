@@ -351,11 +351,12 @@ def _update(
     row: Task, declaration: TaskDeclaration, now: dt.datetime, *, in_place: bool
 ) -> Change | None:
     """Return the change that brings `row` in line with `declaration`, or None."""
+    decimals = keeps_exact_decimals(row._state.db)
     changed = [
         field
         for field in DEFINITION_FIELDS
         if not (
-            same_json(row.kwargs, declaration.kwargs)
+            same_json(row.kwargs, declaration.kwargs, decimals=decimals)
             if field == "kwargs"
             else getattr(row, field) == getattr(declaration, field)
         )
@@ -373,8 +374,15 @@ def _update(
         if field != "definition_hash"
     ]
     if changed and not details:
-        # Only the hash differs: what changed is declared but has no column of its own.
-        details.append(_unstored_now(declaration))
+        if not same_json(row.kwargs, declaration.kwargs):
+            # A number of the kwargs that jsonb keeps as it would keep the new one (1e16
+            # declared where 10000000000000000 was): the hash says so, the column cannot.
+            details.append(
+                f"kwargs {_shown(declaration.kwargs)} (stored with the database's numbers)"
+            )
+        else:
+            # Only the hash differs: what changed is declared but has no column of its own.
+            details.append(_unstored_now(declaration))
     task = row if in_place else copy.copy(row)
     fields = [*changed, "updated_at"]
     for field in changed:
@@ -520,6 +528,7 @@ def _replan(
         has_cursor=ExpressionWrapper(Q(next_run_at__isnull=False), output_field=BooleanField()),
         kwargs_text=Cast("kwargs", TextField()),
     ).values_list("pk", "name", "declared", "has_cursor", "kwargs_text", *SCALAR_FIELDS)
+    decimals = keeps_exact_decimals(alias)
     unchanged: list[str] = []
     candidates: list[int] = []
     for pk, name, declared, has_cursor, kwargs_text, *stored in summary:
@@ -533,7 +542,7 @@ def _replan(
             declared
             and has_cursor
             and tuple(stored) == _scalars(declaration)
-            and _same_kwargs(kwargs_text, declaration.kwargs)
+            and _same_kwargs(kwargs_text, declaration.kwargs, decimals=decimals)
         ):
             unchanged.append(name)
         else:
@@ -553,29 +562,35 @@ def _replan(
     return result
 
 
-def _same_kwargs(text: str | None, declared: Mapping[str, Any]) -> bool:
+def _same_kwargs(text: str | None, declared: Mapping[str, Any], *, decimals: bool) -> bool:
     """Return True when the stored JSON text holds the declared keyword arguments."""
     if text == "{}":
         return not declared
     try:
-        return text is not None and same_json(json.loads(text), declared)
+        return text is not None and same_json(json.loads(text), declared, decimals=decimals)
     except ValueError:
         return False
 
 
-def same_json(stored: Any, declared: Any) -> bool:
+def keeps_exact_decimals(alias: str | None) -> bool:
+    """Whether the database behind `alias` keeps JSON numbers as exact decimals (jsonb)."""
+    return alias is not None and connections[alias].vendor == "postgresql"
+
+
+def same_json(stored: Any, declared: Any, *, decimals: bool = False) -> bool:
     """Return True when a stored JSON value is the declared one, as the database keeps it.
 
     Types count: ``True``, ``1`` and ``1.0`` are different arguments to a callable, though
-    Python finds them equal. One exception: PostgreSQL's jsonb keeps numbers as exact
-    decimals, and a declared ``1e100`` comes back as the integer 10**100; such a float is
-    compared with the integer as a float, so the task is not rewritten at every start-up.
+    Python finds them equal. One exception, with `decimals` (PostgreSQL's jsonb keeps numbers
+    as exact decimals): a declared ``1e100`` comes back as the integer 10**100, and such a
+    float is compared with the integer as a float, so the task is not rewritten at every
+    start-up. SQLite and MariaDB keep the text as written.
     """
     kind = type(declared)
     if type(stored) is not kind:
         # Only a float JSON writes with an exponent (1e+100, 1.5e+20) comes back without
         # a decimal point: a declared 2.0 is stored as 2.0, and a stored 2 is a change.
-        if kind is float and type(stored) is int and "e" in repr(declared):
+        if decimals and kind is float and type(stored) is int and "e" in repr(declared):
             try:
                 return bool(float(stored) == declared)
             except OverflowError:
@@ -590,11 +605,14 @@ def same_json(stored: Any, declared: Any) -> bool:
             if type(value) is str and type(expected) is str:
                 if value != expected:
                     return False
-            elif not same_json(value, expected):
+            elif not same_json(value, expected, decimals=decimals):
                 return False
         return True
     if kind is list:
-        return len(stored) == len(declared) and all(map(same_json, stored, declared))
+        return len(stored) == len(declared) and all(
+            same_json(value, expected, decimals=decimals)
+            for value, expected in zip(stored, declared, strict=True)
+        )
     return bool(stored == declared)
 
 

@@ -164,6 +164,26 @@ def test_kwargs_that_change_type_but_not_value_are_rewritten(old, new):
     assert reconcile(now=NOW, declarations=declarations).is_empty
 
 
+@pytest.mark.parametrize(("old", "new"), [(10**16, 1e16), ([10**20], [1e20])])
+def test_an_int_declared_again_as_a_float_with_an_exponent_is_a_kwargs_change(old, new):
+    # Only PostgreSQL's jsonb gives 1e16 back as an integer: SQLite and MariaDB keep the text
+    # as written, so there the stored value must become the float. Either way the change
+    # line names the kwargs, and the next start-up finds nothing to do.
+    declared = partial(task, callable="tests.testapp.jobs.takes_anything")
+    reconcile(now=NOW, declarations=declare(a=declared(kwargs={"x": old})))
+    declarations = declare(a=declared(kwargs={"x": new}))
+
+    [change] = reconcile(now=NOW, declarations=declarations).update
+
+    assert change.details[0].startswith("kwargs "), change.details
+    stored = Task.objects.get(name="a").kwargs["x"]
+    assert stored == (old if connection.vendor == "postgresql" else new)
+    if connection.vendor != "postgresql":
+        assert type(stored) is type(new)
+    assert reconcile(now=NOW, declarations=declarations).is_empty
+    assert plan(declarations, Task.objects.all(), NOW).is_empty
+
+
 def test_stored_row_matches_the_declaration():
     declarations = declare(
         a=task(
