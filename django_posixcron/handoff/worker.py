@@ -90,9 +90,12 @@ def execute(run_id: int) -> None:
             extra={"action": "handoff_run_missing", "run_id": run_id},
         )
         return
+    # Before the flip: a worker's first job reads its settings (collect() imports every
+    # callable), which takes a while, and a stop signal landing there (db_worker's second
+    # SIGTERM) must leave the run queued for another worker, not `running` on a worker gone.
+    declaration, refusal = _declaration_for(run)
     if not _flip(run, using):
         return
-    declaration, refusal = _declaration_for(run)
     if declaration is None:
         _record(run, RunStatus.FAILED, _finish(run, time.monotonic()), refusal, "", using)
         return
@@ -152,22 +155,25 @@ def _declaration_for(run: Run) -> tuple[TaskDeclaration | None, str]:
 
 def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
     started = time.monotonic()
-    logger.info(
-        "run started task=%s trigger=%s scheduled_for=%s run=%s worker=%s",
-        run.task.name,
-        run.trigger,
-        run.scheduled_for.isoformat(),
-        run.pk,
-        run.worker,
-        extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
-    )
     beat = RunHeartbeat(using, run, declaration, started)
-    beat.start()
     status, error, tb = RunStatus.SUCCEEDED, "", ""
     stopping: BaseException | None = None
     handlers = _signal_handlers()
     func: Any = None
+    # Everything from here on is in the try: the run is `running` on this worker, and a stop
+    # signal landing before the call (in the log line, or while the heartbeat's thread
+    # starts) must end it lost, not leave it running on a worker that is gone.
     try:
+        logger.info(
+            "run started task=%s trigger=%s scheduled_for=%s run=%s worker=%s",
+            run.task.name,
+            run.trigger,
+            run.scheduled_for.isoformat(),
+            run.pk,
+            run.worker,
+            extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
+        )
+        beat.start()
         send_robust(run_started, run)
         context = RunContext.of(run, declaration.timezone) if declaration.takes_context else None
         args = () if context is None else (context,)
@@ -326,7 +332,8 @@ class RunHeartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # started (a stop signal may come first)
+            self._thread.join()
 
     def _wait(self) -> float:
         if self.deadline is None:

@@ -9,8 +9,10 @@ processes are in test_workers.py.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -542,6 +544,47 @@ def test_a_worker_being_stopped_mid_run_records_it_lost_and_goes_on_stopping(
     assert "was stopped while this run was running (SystemExit: 1)" in run.error
     assert lost_runs == [run.pk]
     assert Task.objects.get(name="stopped").retry_at is not None
+
+
+def stop_signal_now(*args: object, **kwargs: object) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)  # the handler runs here
+    raise AssertionError("no SIGTERM handler stopped the worker")
+
+
+def test_a_stop_signal_while_the_worker_reads_its_settings_leaves_the_run_queued(
+    world, stopping_worker, monkeypatch
+):
+    # A worker's first job reads its settings (collect() imports every callable), which takes
+    # a while; that happened after the run was taken `running`, so db_worker's second SIGTERM
+    # landing there left it running on a worker that was gone, until its heartbeat went stale.
+    from django_posixcron.handoff import worker
+
+    queued = queue_a_run(world, "early", "raise_value_error")
+    monkeypatch.setattr(worker, "_declaration_for", stop_signal_now)
+    with pytest.raises(SystemExit):
+        deliver(queued)
+
+    run = only_run("early")
+    assert (run.status, run.worker) == (RunStatus.QUEUED, "")
+
+
+def test_a_stop_signal_before_the_call_ends_the_run_lost(
+    world, stopping_worker, lost_runs, monkeypatch
+):
+    # Taken `running`, then stopped while the heartbeat's thread started: not in the try that
+    # records a stop, so the run was left running on a worker that was gone.
+    from django_posixcron.handoff import worker
+
+    queued = queue_a_run(world, "starting", "raise_value_error")
+    monkeypatch.setattr(worker.RunHeartbeat, "start", stop_signal_now)
+    with pytest.raises(SystemExit):
+        deliver(queued)
+
+    run = only_run("starting")
+    assert run.status == RunStatus.LOST
+    assert lost_runs == [run.pk]
+    assert not Hit.objects.filter(task_name="starting").exists()  # the call never started
 
 
 @pytest.mark.parametrize("callable_name", ["raise_system_exit", "raise_keyboard_interrupt"])
