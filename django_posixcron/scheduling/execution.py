@@ -102,6 +102,12 @@ class Runs:
         with self.lock:
             return len(self.outcomes)
 
+    def busy(self) -> bool:
+        """Whether a run is in flight, an outcome queued or one being written, read at one
+        moment: an outcome moves between the three under the lock."""
+        with self.lock:
+            return bool(self.inflight or self.outcomes or self.writing)
+
     def launch(
         self,
         run: Run,
@@ -222,28 +228,24 @@ class Runs:
                 self.executor.stop(run.pk)
                 timed_out.append(run)
                 continue
-            with self.lock:
-                if self.inflight.pop(run.pk, None) is None:
-                    # It returned meanwhile: its own outcome is queued, and wins.
-                    continue
             assert inflight.deadline is not None
             assert run.started_at is not None
-            note = (
-                ""
-                if stops_on_timeout
-                else " The thread executor cannot stop Python code: the call may still be "
-                "running in the background."
-            )
             outcome = Outcome(
                 run,
                 RunStatus.TIMED_OUT,
                 now,
-                f"Timed out after {inflight.deadline - run.started_at}.{note}",
+                f"Timed out after {inflight.deadline - run.started_at}. The thread executor "
+                "cannot stop Python code: the call may still be running in the background.",
             )
             held: list[Outcome] = []
             written = False
             with self.lock:
-                self.writing += 1  # out of `inflight`, in no queue: counted while written
+                if self.inflight.pop(run.pk, None) is None:
+                    # It returned meanwhile: its own outcome is queued, and wins.
+                    continue
+                # Out of `inflight`, in no queue: counted as being written in the same
+                # moment, so the stop deadline never finds it nowhere.
+                self.writing += 1
             try:
                 if write_outcomes([outcome], self.using, self.notifier, held=held):
                     timed_out.append(run)
@@ -418,8 +420,10 @@ class Runs:
                 len(batch),
                 extra={"action": "outcome_write_error"},
             )
+            # What the refused write found held is in the batch: each is tried again below.
+            held.clear()
             for index, outcome in enumerate(batch):
-                self._write_alone(outcome, batch[index + 1 :])
+                self._write_alone(outcome, batch[index + 1 :], held)
 
     def _note_held(self, held: list[Outcome]) -> None:
         """Note outcomes whose rows another transaction holds, kept for the next flush; say
@@ -457,13 +461,14 @@ class Runs:
                 extra={"action": "outcome_held"},
             )
 
-    def _write_alone(self, outcome: Outcome, rest: Sequence[Outcome] = ()) -> None:
+    def _write_alone(self, outcome: Outcome, rest: Sequence[Outcome], held: list[Outcome]) -> None:
         """Record one outcome; if the database refuses its texts, record it with plainer ones.
 
         First with the characters outside the Basic Multilingual Plane escaped (a utf8mb3
         connection or table on MySQL refuses an emoji), then with the error alone, in ASCII.
         If the database goes away meanwhile, the outcome and `rest` (the rest of its batch,
-        not written yet) are kept, in their order, for the next flush.
+        not written yet) are kept, in their order, for the next flush. An outcome whose rows
+        another transaction holds is added to `held`, not waited for.
         """
         refused: BaseException | None = None
         for version in (outcome, *self._plainer(outcome)):
@@ -474,12 +479,14 @@ class Runs:
                 )
                 version = dataclasses.replace(version, error=cap(note + "\n" + version.error))
             try:
-                write_outcomes([version], self.using, self.notifier)
+                write_outcomes([version], self.using, self.notifier, held=held)
                 return
             except Exception as exc:
                 if outage(exc):
+                    # The ones held before it too: the flush an outage ends keeps nothing.
                     with self.lock:
-                        self.outcomes[:0] = [version, *rest]
+                        self.outcomes[:0] = [*held, version, *rest]
+                    held.clear()
                     raise
                 refused = refused or exc
         # Dropping one outcome leaves its run `running` until this process stops (then it is

@@ -336,12 +336,7 @@ def _stop_deadline(scheduler: Scheduler) -> None:
         return
     # An outcome batch being written counts: cut off mid-write, its runs, whose callables
     # returned, would be left `running` and found lost (run again).
-    if (
-        not runs.pks()
-        and not runs.unrecorded
-        and not runs.writing
-        and not scheduler.draining_receivers
-    ):
+    if not runs.busy() and not scheduler.draining_receivers:
         logger.error(
             "the scheduler has not stopped %g s after the signal, with no run to wait for "
             "(a database or a Tasks backend that does not answer?); exiting now, as on a "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import DataError, OperationalError
+from django.db import DataError, OperationalError, connection, connections, transaction
 from django.db.models import QuerySet
 
 from django_posixcron.models import DeclarationSet, Run, RunStatus, SchedulerProcess, Task, Trigger
@@ -270,3 +271,58 @@ def test_the_database_going_away_while_outcomes_are_written_one_by_one_keeps_the
     scheduler.runs.flush()  # the database is back
     assert scheduler.runs.outcomes == []
     assert sorted(Run.objects.values_list("status", flat=True)) == [RunStatus.SUCCEEDED] * 3
+
+
+def test_a_held_row_in_a_refused_batch_is_not_waited_for_nor_queued_twice(
+    tasks, make_scheduler, monkeypatch
+):
+    # A batch the database refused is written one outcome at a time. Those writes waited
+    # for rows another transaction held (a frozen peer stalled the loop; MariaDB gave up
+    # after 50 s, every tick), and an outcome the batch had found held was queued again
+    # even once written.
+    from django_posixcron.scheduling import bulk
+
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("rows are held only where SKIP LOCKED can pass them")
+    tasks("a")
+    tasks("b")
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    assert scheduler.executor.wait_idle(10)
+    a = Task.objects.get(name="a")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_row() -> None:
+        try:
+            with transaction.atomic():
+                Task.objects.select_for_update().get(pk=a.pk)
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_row)
+    holder.start()
+    assert locked.wait(10)
+    real = bulk.update_many
+    calls = {"n": 0}
+
+    def refuse_first(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise DataError("refused (an emoji on a utf8mb3 column, say)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("django_posixcron.scheduling.outcomes.update_many", refuse_first)
+    try:
+        scheduler.runs.flush()  # returns: the held row is not waited for
+        assert [o.run.task.name for o in scheduler.runs.outcomes] == ["a"]
+        assert Run.objects.get(task__name="b").status == RunStatus.SUCCEEDED
+        assert Run.objects.get(task__name="a").status == RunStatus.RUNNING
+    finally:
+        release.set()
+        holder.join(10)
+
+    scheduler.runs.flush()
+    assert scheduler.runs.outcomes == []
+    assert Run.objects.get(task__name="a").status == RunStatus.SUCCEEDED

@@ -131,21 +131,31 @@ def test_a_timeout_being_recorded_counts_as_an_outcome_being_written(
         lambda: Hit.objects.filter(task_name="hangs", label="started").exists(),
         what="the call to start",
     )
-    real = outcomes.write_outcomes
-    seen: list[tuple[int, int, int]] = []
+    real_write, real_outcome = outcomes.write_outcomes, outcomes.Outcome
+    seen: list[tuple[str, int, int, int, bool]] = []
 
-    def watched(*args, **kwargs):
+    def look(moment: str) -> None:
         runs = scheduler.runs
-        seen.append((runs.writing, runs.unrecorded, len(runs.pks())))
-        return real(*args, **kwargs)
+        seen.append((moment, runs.writing, runs.unrecorded, len(runs.pks()), runs.busy()))
 
-    monkeypatch.setattr(execution, "write_outcomes", watched)
+    def watched_write(*args, **kwargs):
+        look("written")
+        return real_write(*args, **kwargs)
+
+    def watched_outcome(*args, **kwargs):
+        look("built")
+        return real_outcome(*args, **kwargs)
+
+    monkeypatch.setattr(execution, "write_outcomes", watched_write)
+    monkeypatch.setattr(execution, "Outcome", watched_outcome)
     try:
         scheduler.runs.check_timeouts(T0 + dt.timedelta(minutes=1), stops_on_timeout=False)
     finally:
         jobs.gate("counted").set()
+        monkeypatch.undo()
 
-    assert seen == [(1, 0, 0)]
+    # In flight while its outcome is built, then counted as being written: never nowhere.
+    assert seen == [("built", 0, 0, 1, True), ("written", 1, 0, 0, True)]
     assert scheduler.runs.writing == 0
     assert Run.objects.get().status == RunStatus.TIMED_OUT
     assert scheduler.wait_idle(10)
