@@ -197,6 +197,10 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
             # scheduler's executors.
             status, error = RunStatus.FAILED, cap(describe_exception(exc))
         tb = cap(traceback.format_exc(), keep_tail=True)
+        # A stop signal's exception (or the task's own) can land in the middle of a query
+        # on this thread's connection: MySQL then answers the outcome's write with "commands
+        # out of sync", and the run stayed `running` on a worker gone. Written on a new one.
+        _drop_connection(using)
     finally:
         beat.stop()
     if beat.timed_out:
@@ -260,6 +264,16 @@ def _stops_the_worker(
             return True
         tb = tb.tb_next
     return False
+
+
+def _drop_connection(using: str) -> None:
+    """Close this thread's connection to `using`, whatever state the task left it in; the
+    next query opens a new one. Not inside a transaction the backend holds open."""
+    connection = connections[using]
+    if connection.in_atomic_block:
+        return
+    with contextlib.suppress(Exception):
+        connection.close()
 
 
 def _finish(run: Run, started_monotonic: float) -> dt.datetime:

@@ -647,6 +647,24 @@ def test_the_same_handler_run_by_the_signal_in_the_middle_of_the_task_stops_the_
     assert lost_runs == [run.pk]
 
 
+def test_a_task_that_leaves_its_connection_out_of_sync_still_has_its_outcome_recorded(world):
+    # db_worker's second SIGTERM can land in the middle of one of the task's queries; on
+    # MySQL the outcome's write on that connection then failed with "commands out of sync"
+    # (not an outage: not tried again), and the run stayed `running` on a worker gone.
+    if connection.vendor != "mysql":
+        pytest.skip("MySQL's protocol state")
+    from tests.testapp import jobs
+
+    try:
+        deliver(queue_a_run(world, "sync", "leave_mysql_out_of_sync"))
+    finally:
+        jobs._UNREAD.clear()
+
+    run = only_run("sync")
+    assert run.status == RunStatus.FAILED
+    assert run.error == "ValueError: stopped in the middle of a query"
+
+
 def test_the_worker_heartbeats_the_run_while_it_executes(world):
     world.settings(
         {

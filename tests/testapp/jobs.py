@@ -266,6 +266,24 @@ def reload_or_exit(signum: object = None, frame: object = None, task_name: str =
     raise SystemExit(3)
 
 
+def leave_mysql_out_of_sync(task_name: str) -> None:
+    """Fail with a result left unread on this thread's MySQL connection, as a stop signal
+    landing in the middle of a query leaves it: the next command is "out of sync"."""
+    import MySQLdb.cursors
+    from django.db import connection
+
+    Hit.objects.create(task_name=task_name)
+    cursor = connection.connection.cursor(MySQLdb.cursors.SSCursor)
+    cursor.execute("SELECT 1 UNION SELECT 2")
+    # Kept: collected, the cursor would read the rest and put the connection back in sync,
+    # which a query cut off inside the driver does not.
+    _UNREAD.append(cursor)
+    raise ValueError("stopped in the middle of a query")
+
+
+_UNREAD: list[Any] = []
+
+
 def raise_keyboard_interrupt(task_name: str) -> None:
     Hit.objects.create(task_name=task_name)
     raise KeyboardInterrupt
