@@ -148,7 +148,8 @@ def chart_points(task: Task, limit: int = CHART_RUNS) -> list[Point]:
 
 
 # The chart's geometry, in SVG user units; it scales with the page (viewBox).
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 600, 180, 56, 24, 12
+# The left margin holds the axis's top label ("0.50 s", "30 min", "120 h") at 10 px.
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 600, 180, 64, 24, 12
 
 
 def _n(value: float) -> str:
@@ -165,6 +166,30 @@ def _nice(value: float) -> float:
         if value <= step * power:
             return step * power
     return 10 * power
+
+
+# Round tops for an axis of a minute or more, in seconds: whole minutes, then whole hours.
+_MINUTES, _HOURS = (1, 2, 5, 10, 15, 20, 30), (1, 2, 3, 6, 12, 24)
+_TIME_TOPS = tuple(60 * m for m in _MINUTES) + tuple(3600 * h for h in _HOURS)
+
+
+def _axis_top(seconds: float) -> tuple[float, str]:
+    """Return a round upper bound for the chart's axis, and its label.
+
+    A clock-like figure ("30 min", "6 h") under a minute's: "2000 s" would read as
+    "33 min 20 s", too long for the margin and no use as a scale.
+    """
+    if seconds <= 60:
+        top = _nice(seconds)
+        return top, display.duration(dt.timedelta(seconds=top))
+    for top in _TIME_TOPS:
+        if seconds <= top:
+            break
+    else:
+        top = _nice(seconds / 86400) * 86400
+    if top < 3600:
+        return top, gettext("%(minutes)d min") % {"minutes": top // 60}
+    return top, gettext("%(hours)d h") % {"hours": top // 3600}
 
 
 # The plotting area inside the chart's margins.
@@ -251,9 +276,9 @@ def chart(task: Task, points: list[Point]) -> SafeString:
     """Return an inline SVG of durations (bars) and fire lag (a dashed line of dots)."""
     if not points:
         return display.muted(gettext("No runs to chart yet."))
-    top = _nice(max([p.duration or 0 for p in points] + [max(p.lag or 0, 0) for p in points]))
+    longest = max([p.duration or 0 for p in points] + [max(p.lag or 0, 0) for p in points])
+    top, top_label = _axis_top(longest)
     scale = Scale(top, len(points))
-    top_label = display.duration(dt.timedelta(seconds=top))
     description = gettext(
         "Durations of the last %(count)d runs as bars, fire lag (start minus scheduled time) "
         "as a dashed line of dots; the axis goes from 0 to %(top)s."

@@ -75,3 +75,28 @@ def test_the_strip_and_the_chart_read_without_colour(page: Any, artifacts: Path)
     assert box["width"] > 300
     assert box["height"] > 80
     page.locator("#posixcron-history-chart").screenshot(path=str(artifacts / "task-chart.png"))
+
+
+@pytest.mark.parametrize(
+    ("longest", "label"),
+    [(0.3, "0.50 s"), (1234.5, "30 min"), (50_000, "24 h"), (5 * 86_400, "120 h")],
+)
+def test_the_charts_axis_label_is_whole_inside_the_chart(
+    page: Any, longest: float, label: str
+) -> None:
+    from playwright.sync_api import expect
+
+    task = make_task(name="long-export")
+    start = timezone.now() - dt.timedelta(days=30)
+    for i, seconds in enumerate([longest / 3, longest]):
+        when = start + dt.timedelta(days=i * 10)
+        make_run(task, scheduled_for=when, started_at=when, duration=dt.timedelta(seconds=seconds))
+
+    page.goto(f"/admin/django_posixcron/task/{task.pk}/change/")
+    chart = page.get_by_role("img", name="Recent durations and fire lag", exact=True)
+    top = chart.locator("text.posixcron-axis-label").first
+    expect(top).to_have_text(label)
+    # The label is drawn right-aligned left of the axis: as the browser lays it out, it
+    # starts inside the chart, so no character is cut off at its left edge.
+    left = top.evaluate("label => label.getBBox().x")
+    assert left >= 0, f"the axis label {label!r} starts at x={left}, outside the chart"
