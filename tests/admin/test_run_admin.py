@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -270,6 +271,28 @@ def test_process_admin_is_read_only(superuser):
     url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
     assert client.get(url).status_code == 200
     assert client.post(url, {"hostname": "other"}).status_code == 403
+
+
+@override_settings(TIME_ZONE="America/Sao_Paulo", LANGUAGE_CODE="de", USE_THOUSAND_SEPARATOR=True)
+def test_process_pages_show_the_pid_as_is_and_times_to_the_second_in_the_zone(superuser):
+    from django_posixcron.models import SchedulerProcess
+
+    started = dt.datetime(2030, 1, 7, 10, 0, 5, 250_000, tzinfo=dt.UTC)
+    process = SchedulerProcess.objects.create(
+        hostname="sched-a",
+        pid=10466,
+        started_at=started,
+        last_heartbeat_at=started + dt.timedelta(seconds=42),
+    )
+    client = client_for(superuser)
+    listed = client.get(reverse("admin:django_posixcron_schedulerprocess_changelist"))
+    url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
+    page = client.get(url).content.decode()
+    for html in (listed.content.decode(), page):
+        assert "2030-01-07 07:00:05 -03" in html  # started, to the second, zone named
+        assert "2030-01-07 07:00:47 -03 (" in html  # the heartbeat, and how long ago
+    assert '<div class="readonly">10466</div>' in page  # not "10.466"
+    assert "10.466" not in page
 
 
 def test_a_retry_shows_the_occurrence_it_serves_and_its_attempt(superuser):
