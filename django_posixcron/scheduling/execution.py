@@ -68,6 +68,22 @@ class InFlight:
         assert self.run.started_at is not None
         return self.run.started_at + dt.timedelta(seconds=time.monotonic() - self.started_monotonic)
 
+    def timeout_in(self, now: dt.datetime | None) -> float | None:
+        """Return the seconds left before the run's timeout (<= 0: past it); None without one.
+
+        Counted at `now` when a tick is driven at an instant of its own; otherwise on this
+        host's monotonic clock from the claim, as the run's duration is: a timeout is time
+        the run may take, and a step of the wall clock (an NTP correction, a VM resumed;
+        SQLite's clock is this host's) is no time passing.
+        """
+        if self.deadline is None:
+            return None
+        if now is not None:
+            return (self.deadline - now).total_seconds()
+        assert self.run.started_at is not None
+        limit = (self.deadline - self.run.started_at).total_seconds()
+        return limit - (time.monotonic() - self.started_monotonic)
+
 
 class Runs:
     """The runs this process executes, and the outcomes waiting to be written."""
@@ -93,9 +109,12 @@ class Runs:
         with self.lock:
             return list(self.inflight)
 
-    def deadlines(self) -> list[dt.datetime]:
+    def timeouts_in(self, now: dt.datetime | None = None) -> list[float]:
+        """Return the seconds left before each timeout of the runs in flight, never
+        negative (see InFlight.timeout_in)."""
         with self.lock:
-            return [i.deadline for i in self.inflight.values() if i.deadline is not None]
+            left = [i.timeout_in(now) for i in self.inflight.values()]
+        return [max(0.0, s) for s in left if s is not None]
 
     @property
     def unrecorded(self) -> int:
@@ -198,8 +217,14 @@ class Runs:
                 extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
             )
 
-    def check_timeouts(self, now: dt.datetime, stops_on_timeout: bool) -> list[Run]:
+    def check_timeouts(
+        self, now: dt.datetime, stops_on_timeout: bool, *, explicit: bool = False
+    ) -> list[Run]:
         """Time out the runs past their timeout; return them.
+
+        `explicit`: the tick is driven at `now`, an instant of its own, and the timeouts
+        are judged at it; otherwise by the time each run has taken (InFlight.timeout_in),
+        and a thread's run ends when that time is up.
 
         An executor that stops runs has each one's process stopped, and the run is recorded
         timed_out once it is gone (the next tick writes it): "no run keeps executing after the
@@ -207,9 +232,12 @@ class Runs:
         occurrence can start beside it. Threads cannot be stopped: such a run is recorded
         timed_out at once, its slot freed, its call left to return in the background.
         """
+        at = now if explicit else None
         with self.lock:
             expired = [
-                i for i in self.inflight.values() if i.deadline is not None and now >= i.deadline
+                i
+                for i in self.inflight.values()
+                if (left := i.timeout_in(at)) is not None and left <= 0
             ]
         timed_out = []
         for inflight in expired:
@@ -233,7 +261,7 @@ class Runs:
             outcome = Outcome(
                 run,
                 RunStatus.TIMED_OUT,
-                now,
+                now if explicit else inflight.elapsed_finish(),
                 f"Timed out after {inflight.deadline - run.started_at}. The thread executor "
                 "cannot stop Python code: the call may still be running in the background.",
             )
@@ -273,9 +301,9 @@ class Runs:
         flush_at, failures = 0.0, 0
         while True:
             step = None if deadline is None else max(0.0, deadline - time.monotonic())
-            deadlines = self.deadlines()
+            deadlines = self.timeouts_in()
             if deadlines:
-                until = max(0.0, (min(deadlines) - now()).total_seconds())
+                until = min(deadlines)
                 step = until if step is None else min(step, until)
             if self.unrecorded and time.monotonic() >= flush_at:
                 # A run that returned is recorded while the others go on (a shutdown's grace,

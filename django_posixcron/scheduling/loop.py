@@ -58,6 +58,10 @@ _T = TypeVar("_T")
 # "The scheduler warns at start-up when host and database clocks differ by more than a second."
 CLOCK_SKEW_WARNING = dt.timedelta(seconds=1)
 
+# Two readings of the clock due-ness is judged by that differ from the time elapsed between
+# them on this host's monotonic clock by more than this: that clock stepped.
+CLOCK_STEP = dt.timedelta(seconds=2)
+
 # In a burst, what the loop claims without asking the database clock is judged this far back.
 BURST_CLOCK_MARGIN = dt.timedelta(milliseconds=5)
 
@@ -142,6 +146,51 @@ class Outage:
         self.unreachable = False
 
 
+class ClockSteps:
+    """Notice a step of the clock due-ness is judged by, between two of the loop's readings.
+
+    That clock is the database's on PostgreSQL and MariaDB, this host's on SQLite; it steps
+    when NTP corrects it, when a virtual machine resumes from suspend, when someone sets it.
+    Heartbeats are stamped by it: after a step forward every one stamped before the step
+    looks that much older, and a process that beat a second ago would be presumed dead, its
+    running runs marked lost and retried beside themselves; every due task would look
+    overdue. For `hold` after a step forward no other process is judged and no task reported
+    overdue: each live process beats again in that time, by the clock as it is now.
+    """
+
+    def __init__(self, hold: dt.timedelta) -> None:
+        self.hold = hold.total_seconds()
+        self._last: tuple[dt.datetime, float] | None = None
+        self.hold_until = 0.0
+
+    def holding(self) -> bool:
+        return time.monotonic() < self.hold_until
+
+    def read(self, reading: dt.datetime) -> None:
+        """Take a reading of the clock; say so when it stepped since the last one."""
+        at = time.monotonic()
+        last, self._last = self._last, (reading, at)
+        if last is None:
+            return
+        step = reading - (last[0] + dt.timedelta(seconds=at - last[1]))
+        if abs(step) <= CLOCK_STEP:
+            return
+        forward = step > dt.timedelta(0)
+        if forward:
+            self.hold_until = at + self.hold
+        logger.warning(
+            "the clock due times are judged by stepped %s by %.1f s (an NTP correction, a "
+            "virtual machine resumed, a clock set by hand)%s",
+            "forward" if forward else "back",
+            abs(step.total_seconds()),
+            f"; for the next {self.hold:.0f} s no other process is presumed dead and no task "
+            "reported overdue, until heartbeats stamped after the step arrive"
+            if forward
+            else "",
+            extra={"action": "clock_step", "seconds": step.total_seconds()},
+        )
+
+
 @dataclasses.dataclass
 class TickResult:
     """What one tick did and how long the loop may sleep afterwards."""
@@ -223,6 +272,7 @@ class Scheduler:
         self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
         self.outage = Outage(self.stale_after)
+        self.clock_steps = ClockSteps(self.stale_after)
         # Says so when the loop or the heartbeat waits on a database that does not answer.
         self.watchdog = Watchdog(self.stale_after.total_seconds())
         # run() and run_once() beat and send run_finished from threads of their own; a
@@ -427,9 +477,13 @@ class Scheduler:
             now = self.now() - BURST_CLOCK_MARGIN
             peeked = Peek(None, now, (0, 0))
         else:
+            if not explicit and not has_clock(self.using):
+                # SQLite: due-ness is judged by this host's clock, read here.
+                self.clock_steps.read(self.now())
             # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
             # database clock when no instant is given (a threshold, not a due-ness judgement).
-            overdue_before = self.overdue_watch.threshold(now or self.now())
+            if not self.clock_steps.holding():
+                overdue_before = self.overdue_watch.threshold(now or self.now())
             probe_at = now or self.now()
             sent = time.monotonic()
             # Liveness is a fact about real time, even in a tick driven at another instant.
@@ -451,8 +505,9 @@ class Scheduler:
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
+                self.clock_steps.read(db_now)
                 self._clock_read = (db_now, time.monotonic())
-        judging = self.outage.may_judge_others() and not bursting
+        judging = self.outage.may_judge_others() and not bursting and not self.clock_steps.holding()
         # After an outage every peer looks stale: judge none gone until they could beat.
         silent = self._silent_too_long() if judging else False
         if judging and (
@@ -468,7 +523,9 @@ class Scheduler:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier
             )
-        result.timed_out = self.runs.check_timeouts(now, self.executor.stops_on_timeout)
+        result.timed_out = self.runs.check_timeouts(
+            now, self.executor.stops_on_timeout, explicit=explicit
+        )
         if result.lost or result.timed_out:
             # Their retries fall due retry_delay from now, maybe before what the peek read:
             # the loop wakes for them instead of sleeping until the next poll.
@@ -551,7 +608,7 @@ class Scheduler:
             # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
             limit = 0
         wait = rules.wake_in(now, self.heartbeat_every, result.next_due_at, limit, claimed)
-        result.wake_in = min([wait, *rules.seconds_until(now, self.runs.deadlines())])
+        result.wake_in = min([wait, *self.runs.timeouts_in(now if explicit else None)])
         return result
 
     # -- the loop ---------------------------------------------------------------------------

@@ -331,8 +331,3 @@ def due_within(next_due: dt.datetime | None, now: dt.datetime, seconds: float) -
     """Whether `next_due` is after `now` by at most `seconds` (a tick's round trip to the
     database: the database's clock has then about reached it)."""
     return next_due is not None and now < next_due <= now + dt.timedelta(seconds=seconds)
-
-
-def seconds_until(now: dt.datetime, instants: list[dt.datetime]) -> list[float]:
-    """Return how far each instant is from `now`, never negative (timeouts of runs in flight)."""
-    return [max(0.0, (instant - now).total_seconds()) for instant in instants]

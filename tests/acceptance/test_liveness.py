@@ -11,7 +11,7 @@ from django.db import connection
 
 from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import Schedulers, only_on, record_task, task
+from tests.harness.processes import Schedulers, only_on, record_task, task, utcnow
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -185,3 +185,62 @@ def test_a_process_backing_off_keeps_beating(schedulers: Schedulers) -> None:
     schedulers.expect_exit(child)
     child.signal(signal.SIGTERM)
     assert child.wait(timeout=20) == 0, schedulers.outputs()
+
+
+def test_a_host_clock_step_on_sqlite_presumes_no_live_scheduler_dead(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """Two schedulers on one SQLite file, whose clock is the host's: it steps two hours
+    forward while one of them runs a task. Every heartbeat stamped before the step looks two
+    hours old; the run must stay running, not be marked lost and run again beside itself."""
+    only_on("sqlite", why="the host's clock is the one due times follow there")
+    clock = tmp_path / "host-clock"
+    release = tmp_path / "release"
+    long_run = task(
+        "tests.testapp.jobs.wait_for_file",
+        kwargs={"path": str(release), "task_name": "long"},
+        retry_delay=10,
+    )
+    schedulers.configure({"long": long_run}, extra={"HOST_CLOCK_FILE": str(clock)})
+    children = schedulers.start_live(2)
+    Task.objects.filter(name="long").request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="long", label="started").exists(),
+        what="the run to start",
+    )
+
+    clock.write_text("7200")
+    schedulers.wait_for(
+        lambda: all("stepped forward by" in c.output() for c in children),
+        timeout=15,
+        what="both schedulers to see the step",
+    )
+    stepped = utcnow() + dt.timedelta(hours=2)
+    # Both beat again by the clock as it now is (every second), then judge each other.
+    schedulers.wait_for(
+        lambda: SchedulerProcess.objects.filter(last_heartbeat_at__gt=stepped).count() == 2,
+        timeout=15,
+        what="both schedulers to beat after the step",
+    )
+    schedulers.wait_for(
+        lambda: (
+            SchedulerProcess.objects.filter(
+                last_heartbeat_at__gt=stepped + dt.timedelta(seconds=2)
+            ).count()
+            == 2
+        ),
+        timeout=15,
+        what="two more seconds of ticks",
+    )
+    [run] = Run.objects.all()
+    assert run.status == RunStatus.RUNNING, schedulers.outputs()
+
+    release.touch()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.SUCCEEDED).exists(), what="the run to end"
+    )
+    assert Run.objects.count() == 1, schedulers.outputs()  # no retry of a run "lost"
+    for child in children:
+        schedulers.expect_exit(child)
+        child.signal(signal.SIGTERM)
+    assert [child.wait(timeout=20) for child in children] == [0, 0], schedulers.outputs()

@@ -149,7 +149,9 @@ def test_a_timeout_being_recorded_counts_as_an_outcome_being_written(
     monkeypatch.setattr(execution, "write_outcomes", watched_write)
     monkeypatch.setattr(execution, "Outcome", watched_outcome)
     try:
-        scheduler.runs.check_timeouts(T0 + dt.timedelta(minutes=1), stops_on_timeout=False)
+        scheduler.runs.check_timeouts(
+            T0 + dt.timedelta(minutes=1), stops_on_timeout=False, explicit=True
+        )
     finally:
         jobs.gate("counted").set()
         monkeypatch.undo()
