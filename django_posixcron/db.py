@@ -301,6 +301,28 @@ def with_connection_timeouts(using: str) -> dict[str, Any]:
     return added
 
 
+def own_connection(using: str) -> None:
+    """Give this thread a connection to `using` outside Django's connection pool, if the
+    alias has one (PostgreSQL's ``OPTIONS["pool"]``).
+
+    For the scheduler's own threads (the loop, the heartbeat, the shutdown's): task code on
+    the worker threads takes connections from the pool, and a pool no bigger than
+    CONCURRENCY (its default size is 4, as CONCURRENCY's) is then all held by tasks, so the
+    heartbeat waited for one until its process was presumed dead and its runs run again
+    elsewhere, and the loop and the shutdown's writes waited too. Nor does a session setting
+    of the scheduler's (the idle-transaction bound) reach a pooled connection that task code
+    takes next. Only this thread's connection changes; it opens on first use.
+    """
+    connection = connections[using]
+    options = connection.settings_dict.get("OPTIONS") or {}
+    if not options.get("pool"):
+        return
+    if connection.connection is not None and not connection.in_atomic_block:
+        connection.close()  # back to the pool
+    own = {**connection.settings_dict, "OPTIONS": {k: v for k, v in options.items() if k != "pool"}}
+    connections[using] = type(connection)(own, using)
+
+
 # How long the server keeps a session of the scheduler's own threads (the loop, the
 # heartbeat) idle inside a transaction before ending it. A process cut off from the database
 # in the middle of a claim or an outcome write (a partition, a frozen host) leaves its session

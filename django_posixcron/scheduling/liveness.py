@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_posixcron import __version__
-from django_posixcron.db import DatabaseNow, database_now, has_clock
+from django_posixcron.db import DatabaseNow, database_now, has_clock, own_connection
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
@@ -143,6 +143,9 @@ class Heartbeat(Periodic):
             ).update(process=self.process)
 
     def _serve(self) -> None:
+        # "The heartbeat beats on its own thread ... whatever task code is doing": on a
+        # connection of its own, not one from a pool that task code may hold all of.
+        own_connection(self.using)
         try:
             while not self._stop.wait(self.every):
                 try:

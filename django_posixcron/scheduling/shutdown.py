@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
+from django_posixcron.db import own_connection
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
@@ -399,6 +400,7 @@ def forced_exit(
     timer.daemon = True
     timer.start()
     try:
+        own_connection(using)  # not one task code may hold all of, from the pool
         # What returned is taken (and the rest sealed) before the kill, so a killed child is
         # recorded interrupted, not failed; the kill comes before any write: a child that went
         # on executing after its run is recorded as ended would run twice once retried.

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection, connections
+from django.utils import timezone as dj_timezone
 
 from django_posixcron.db import database_now
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
@@ -106,6 +107,24 @@ def test_check_words_the_changes_it_would_make_as_pending(posixcron):
     with pytest.raises(CommandError):
         call_command("runscheduler", "--check", stdout=out, stderr=io.StringIO())
     assert out.getvalue().startswith("task to restore 'other': "), out.getvalue()
+
+
+def test_check_counts_the_next_runs_from_the_database_clock(posixcron, monkeypatch):
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no clock of its own: this host's is the one")
+    # Due in two minutes by the database's clock, a time this host's clock (five minutes
+    # ahead) has passed today: --check must say today, as the scheduler will set it.
+    due = (database_now("default") + dt.timedelta(minutes=2)).replace(second=0, microsecond=0)
+    daily = {**EVERY_MINUTE["every-minute"], "schedule": f"{due.minute} {due.hour} * * *"}
+    posixcron({"daily": {**daily, "timezone": "UTC"}})
+    host = dj_timezone.now
+    monkeypatch.setattr(dj_timezone, "now", lambda: host() + dt.timedelta(minutes=5))
+
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("runscheduler", "--check", stdout=out, stderr=io.StringIO())
+
+    assert f"next run {due:%Y-%m-%dT%H:%M}" in out.getvalue(), out.getvalue()
 
 
 def test_once_fires_everything_due_even_with_fewer_slots_than_tasks(posixcron):

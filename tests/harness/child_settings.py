@@ -19,6 +19,11 @@ if "DB_PORT" in _config:  # through a relay the test can make stop answering (pr
     DATABASES["default"]["HOST"] = "127.0.0.1"
     DATABASES["default"]["PORT"] = _config["DB_PORT"]
 POSIXCRON = _config["POSIXCRON"]
+if "DB_OPTIONS" in _config:  # a connection pool, say
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        **_config["DB_OPTIONS"],
+    }
 
 if "EMPTY_DB_NAME" in _config:
     # The router configuration: "default" is a database without this app's tables, and the

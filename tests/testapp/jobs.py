@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import transaction
+from django.db import connection, transaction
 
 from django_posixcron.signals import run_finished, run_lost
 from tests.testapp.models import Hit
@@ -496,3 +496,13 @@ def _write_whole(path: Path, text: str) -> None:
     partial = path.with_name(f"{path.name}.tmp")
     partial.write_text(text)
     os.replace(partial, path)
+
+
+def hold_connection(path: str, task_name: str) -> None:
+    """Take a connection (recording the session's idle-transaction bound), and hold it until
+    `path` exists (bounded): a worker thread keeps its connection until its run ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        (bound,) = cursor.fetchone()
+    Hit.objects.create(task_name=task_name, label=f"started idle bound {bound}")
+    wait_for_file(path, task_name=task_name)

@@ -11,7 +11,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from django_posixcron.conf import get_settings
-from django_posixcron.db import bound_idle_transactions, outage, with_connection_timeouts
+from django_posixcron.db import (
+    bound_idle_transactions,
+    database_now,
+    outage,
+    own_connection,
+    with_connection_timeouts,
+)
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -146,6 +152,9 @@ class Command(BaseCommand):
         # Before the first connection: a database that stops answering is then an error,
         # and a session the server keeps after this process was cut off holds no lock long.
         with_connection_timeouts(using)
+        # The loop's queries on a connection of its own, outside a connection pool that task
+        # code may hold all of (the heartbeat's and the shutdown's threads take theirs).
+        own_connection(using)
         unbind = bound_idle_transactions(using)
         try:
             if options["check"]:
@@ -166,7 +175,10 @@ class Command(BaseCommand):
         try:
             check_database_support(using)
             check_migrated(using)
-            plan = reconcile(check_only=True, declarations=declarations, using=using)
+            # The cursors it would give are counted from the clock the scheduler judges
+            # due-ness by: a host whose clock runs ahead would print tomorrow for today.
+            now = database_now(using)
+            plan = reconcile(check_only=True, declarations=declarations, using=using, now=now)
         except (OperationalError, InterfaceError) as exc:
             raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
         if plan.is_empty:

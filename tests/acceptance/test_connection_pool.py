@@ -1,0 +1,71 @@
+"""Django's connection pool (PostgreSQL ``OPTIONS["pool"]``), sized as small as CONCURRENCY:
+task code holds every pooled connection, and the scheduler's own work goes on beside it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.harness.processes import Schedulers, only_on, task
+from tests.testapp.models import Hit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    only_on("postgresql", why="Django's connection pool is PostgreSQL's")
+    pytest.importorskip("psycopg_pool")
+    release = tmp_path / "release"
+    holders = {
+        f"hold-{i}": task(
+            "tests.testapp.jobs.hold_connection",
+            kwargs={"path": str(release), "task_name": f"hold-{i}"},
+        )
+        for i in (1, 2)
+    }
+    schedulers.configure(
+        holders,
+        CONCURRENCY=2,
+        # As many connections as runs, and a short wait for one: the scheduler's threads
+        # would fail to get one within seconds.
+        extra={"DB_OPTIONS": {"pool": {"min_size": 1, "max_size": 2, "timeout": 2}}},
+    )
+    [child] = schedulers.start_live()
+    Task.objects.filter(name__in=holders).request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(label__startswith="started idle bound").count() == 2,
+        what="both runs to hold a pooled connection",
+    )
+    process = SchedulerProcess.objects.get(pid=child.pid)
+    beats = [process.last_heartbeat_at]
+
+    def beat_again() -> bool:
+        process.refresh_from_db()
+        if process.last_heartbeat_at != beats[-1]:
+            beats.append(process.last_heartbeat_at)
+        return len(beats) >= 4
+
+    # The heartbeat beats every second (POLL_INTERVAL 1) while the tasks hold the pool.
+    schedulers.wait_for(beat_again, timeout=15, what="three heartbeats while the pool is held")
+    # Task code keeps the project's session settings: the scheduler's idle-transaction bound
+    # is set on its own connections, never on a pooled one a task takes next.
+    bounds = set(Hit.objects.filter(label__startswith="started idle bound").values_list("label"))
+    assert bounds == {("started idle bound 0",)}, bounds
+
+    release.touch()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.SUCCEEDED).count() == 2,
+        what="both runs to succeed",
+    )
+    child.signal(signal.SIGTERM)
+    schedulers.expect_exit(child)
+    assert child.wait() == 0
+    output = child.output()
+    assert "heartbeat failed" not in output, output
+    assert "database unavailable" not in output, output
+    assert not Run.objects.exclude(status=RunStatus.SUCCEEDED).exists()
