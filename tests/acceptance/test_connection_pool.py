@@ -69,3 +69,37 @@ def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
     assert "heartbeat failed" not in output, output
     assert "database unavailable" not in output, output
     assert not Run.objects.exclude(status=RunStatus.SUCCEEDED).exists()
+
+
+def test_a_sigterm_while_tasks_hold_the_pool_records_them_interrupted(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    only_on("postgresql", why="Django's connection pool is PostgreSQL's")
+    pytest.importorskip("psycopg_pool")
+    never = tmp_path / "never"
+    holders = {
+        f"hold-{i}": task(
+            "tests.testapp.jobs.hold_connection",
+            kwargs={"path": str(never), "task_name": f"hold-{i}"},
+        )
+        for i in (1, 2)
+    }
+    schedulers.configure(
+        holders,
+        CONCURRENCY=2,
+        extra={"DB_OPTIONS": {"pool": {"min_size": 1, "max_size": 2, "timeout": 2}}},
+    )
+    [child] = schedulers.start_live(1, "--grace", "2")
+    Task.objects.filter(name__in=holders).request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(label__startswith="started idle bound").count() == 2,
+        what="both runs to hold a pooled connection",
+    )
+
+    child.signal(signal.SIGTERM)
+    schedulers.expect_exit(child)
+
+    assert child.wait(timeout=20) == 0, schedulers.outputs()
+    statuses = list(Run.objects.values_list("status", flat=True))
+    assert statuses == [RunStatus.INTERRUPTED] * 2, schedulers.outputs()
+    assert SchedulerProcess.objects.get(pid=child.pid).stopped_at is not None
