@@ -250,7 +250,10 @@ class Runs:
                     assert run.started_at is not None
                     took = deadline - run.started_at
                     inflight.ending = Outcome(
-                        run, RunStatus.TIMED_OUT, now, f"Timed out after {took}."
+                        run,
+                        RunStatus.TIMED_OUT,
+                        now if explicit else inflight.elapsed_finish(),
+                        f"Timed out after {took}.",
                     )
                     inflight.deadline = None
                 self.executor.stop(run.pk)
