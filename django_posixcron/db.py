@@ -301,9 +301,10 @@ def with_connection_timeouts(using: str) -> dict[str, Any]:
     return added
 
 
-def own_connection(using: str) -> None:
+def own_connection(using: str) -> Callable[[], None]:
     """Give this thread a connection to `using` outside Django's connection pool, if the
-    alias has one (PostgreSQL's ``OPTIONS["pool"]``).
+    alias has one (PostgreSQL's ``OPTIONS["pool"]``); return what gives the thread its
+    pooled connection back (a command called from code: its thread goes on).
 
     For the scheduler's own threads (the loop, the heartbeat, the shutdown's): task code on
     the worker threads takes connections from the pool, and a pool no bigger than
@@ -311,16 +312,37 @@ def own_connection(using: str) -> None:
     heartbeat waited for one until its process was presumed dead and its runs run again
     elsewhere, and the loop and the shutdown's writes waited too. Nor does a session setting
     of the scheduler's (the idle-transaction bound) reach a pooled connection that task code
-    takes next. Only this thread's connection changes; it opens on first use.
+    takes next. Only this thread's connection changes; it opens on first use, and stays open
+    between ticks (checked before reuse) where the pool required CONN_MAX_AGE = 0.
+
+    Inside a transaction of the caller's (a command called from code in ``atomic()``)
+    nothing changes: the transaction must end on the connection it began on.
     """
-    connection = connections[using]
-    options = connection.settings_dict.get("OPTIONS") or {}
-    if not options.get("pool"):
-        return
-    if connection.connection is not None and not connection.in_atomic_block:
-        connection.close()  # back to the pool
-    own = {**connection.settings_dict, "OPTIONS": {k: v for k, v in options.items() if k != "pool"}}
-    connections[using] = type(connection)(own, using)
+    pooled = connections[using]
+    options = pooled.settings_dict.get("OPTIONS") or {}
+    if not options.get("pool") or pooled.in_atomic_block:
+        return _nothing
+    if pooled.connection is not None:
+        pooled.close()  # back to the pool
+    own = {
+        **pooled.settings_dict,
+        "OPTIONS": {key: value for key, value in options.items() if key != "pool"},
+        "CONN_MAX_AGE": None,
+        "CONN_HEALTH_CHECKS": True,
+    }
+    connection = type(pooled)(own, using)
+    connections[using] = connection
+
+    def give_back() -> None:
+        if connections[using] is connection and not connection.in_atomic_block:
+            connection.close()
+            connections[using] = pooled
+
+    return give_back
+
+
+def _nothing() -> None:
+    pass
 
 
 # How long the server keeps a session of the scheduler's own threads (the loop, the

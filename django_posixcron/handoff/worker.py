@@ -33,7 +33,7 @@ from django.dispatch import receiver
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.context import RunContext
-from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
+from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock, own_connection
 from django_posixcron.declarations import TaskDeclaration, collect, describe_problems
 from django_posixcron.declarations.problems import Problem
 from django_posixcron.executors.base import describe_exception, refuse_unrun
@@ -355,6 +355,9 @@ class RunHeartbeat:
         return max(0.0, min(self.every, self.deadline - time.monotonic()))
 
     def _serve(self) -> None:
+        # Beats on a connection of its own, not one from a pool the worker's runs may hold
+        # all of: a run whose beats wait is presumed lost and run again.
+        own_connection(self.using)
         try:
             while not self._stop.wait(self._wait()):
                 if self.deadline is not None and time.monotonic() >= self.deadline:

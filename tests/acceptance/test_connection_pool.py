@@ -7,7 +7,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from django.db import connections, transaction
 
+from django_posixcron.db import own_connection
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from tests.harness.processes import Schedulers, only_on, task
 from tests.testapp.models import Hit
@@ -103,3 +105,33 @@ def test_a_sigterm_while_tasks_hold_the_pool_records_them_interrupted(
     statuses = list(Run.objects.values_list("status", flat=True))
     assert statuses == [RunStatus.INTERRUPTED] * 2, schedulers.outputs()
     assert SchedulerProcess.objects.get(pid=child.pid).stopped_at is not None
+
+
+def test_a_thread_gets_its_own_connection_and_back_but_never_inside_a_transaction() -> None:
+    pooled = connections["default"]
+    options = pooled.settings_dict["OPTIONS"]
+    with transaction.atomic():
+        # A command called from code inside atomic(): the transaction ends where it began.
+        options["pool"] = True  # as if the alias had a pool
+        try:
+            give_back = own_connection("default")
+            assert connections["default"] is pooled
+            give_back()
+        finally:
+            del options["pool"]
+
+    pooled.close()  # not opened again with the pool flag below (no pool here)
+    options["pool"] = True
+    try:
+        give_back = own_connection("default")
+        own = connections["default"]
+        assert own is not pooled
+        assert "pool" not in own.settings_dict["OPTIONS"]
+        assert own.settings_dict["CONN_MAX_AGE"] is None  # kept between ticks, checked on reuse
+        assert Task.objects.count() == 0  # it connects and works
+        give_back()
+        assert connections["default"] is pooled
+        assert own.connection is None
+    finally:
+        del options["pool"]
+        connections["default"] = pooled

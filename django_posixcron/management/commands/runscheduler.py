@@ -154,7 +154,7 @@ class Command(BaseCommand):
         with_connection_timeouts(using)
         # The loop's queries on a connection of its own, outside a connection pool that task
         # code may hold all of (the heartbeat's and the shutdown's threads take theirs).
-        own_connection(using)
+        give_back = own_connection(using)
         unbind = bound_idle_transactions(using)
         try:
             if options["check"]:
@@ -167,6 +167,7 @@ class Command(BaseCommand):
             self._serve(options, scheduler, using)
         finally:
             unbind()
+            give_back()
 
     def _check(self, declarations: Any, using: str) -> None:
         """--check: print what reconciling would change; exit 1 if anything would."""
