@@ -68,8 +68,9 @@ def row_clock(obj: Any) -> dt.datetime:
     return value if value is not None else timezone.now()
 
 
-def in_zone(value: dt.datetime, tz: str) -> str:
-    """Return `value` as wall-clock time in zone `tz`, with the zone's abbreviation."""
+def in_zone(value: dt.datetime, tz: str, *, seconds: bool = False) -> str:
+    """Return `value` as wall-clock time in zone `tz`, with the zone's abbreviation; to the
+    second when it has seconds, or when `seconds` asks for them whatever they are."""
     try:
         local = timezone.localtime(value, zone(tz))
     except (ValueError, LookupError, OverflowError):
@@ -78,7 +79,8 @@ def in_zone(value: dt.datetime, tz: str) -> str:
         local = timezone.localtime(value, dt.UTC)
     # Cron occurrences fall on whole minutes; retries and manual runs do not, and "15:15"
     # for a run 20 s after the 15:15 failure it retries would hide what happened.
-    wall = date_format(local, "Y-m-d H:i:s" if local.second or local.microsecond else "Y-m-d H:i")
+    to_the_second = seconds or local.second or local.microsecond
+    wall = date_format(local, "Y-m-d H:i:s" if to_the_second else "Y-m-d H:i")
     return f"{wall} {zone_label(local)}"
 
 

@@ -179,7 +179,7 @@ def _axis_top(seconds: float) -> tuple[float, str]:
     A clock-like figure ("30 min", "6 h") under a minute's: "2000 s" would read as
     "33 min 20 s", too long for the margin and no use as a scale.
     """
-    if seconds <= 60:
+    if seconds <= 50:  # 1, 2, 5, 10, 20 or 50 s (and tenths); past that, whole minutes
         top = _nice(seconds)
         return top, display.duration(dt.timedelta(seconds=top))
     for top in _TIME_TOPS:

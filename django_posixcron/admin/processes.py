@@ -110,4 +110,4 @@ def _at(value: dt.datetime | None) -> str:
     """Return `value` to the second in the project's current time zone, with its name."""
     if value is None:
         return "—"
-    return in_zone(value.replace(microsecond=0), timezone.get_current_timezone_name())
+    return in_zone(value, timezone.get_current_timezone_name(), seconds=True)

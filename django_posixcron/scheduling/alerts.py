@@ -274,7 +274,8 @@ class OverdueWatch:
 
     def threshold(self, now: dt.datetime) -> dt.datetime | None:
         """Return the due time before which a task is overdue, or None when not yet time."""
-        if self.checked_at is not None and now < self.checked_at + self.poll:
+        # A clock stepped back (now before the last look) does not put the next one off.
+        if self.checked_at is not None and self.checked_at <= now < self.checked_at + self.poll:
             return None
         self.checked_at = now
         return now - self.poll

@@ -35,6 +35,7 @@ from django_posixcron.db import (
     has_clock,
     lock_not_granted,
     outage,
+    own_connection,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.models import Run, SchedulerProcess, Task, earliest
@@ -160,20 +161,26 @@ class ClockSteps:
 
     def __init__(self, hold: dt.timedelta) -> None:
         self.hold = hold.total_seconds()
-        self._last: tuple[dt.datetime, float] | None = None
+        # The last reading, the monotonic clock when it arrived, and how long it took.
+        self._last: tuple[dt.datetime, float, float] | None = None
         self.hold_until = 0.0
 
     def holding(self) -> bool:
         return time.monotonic() < self.hold_until
 
-    def read(self, reading: dt.datetime) -> None:
-        """Take a reading of the clock; say so when it stepped since the last one."""
+    def read(self, reading: dt.datetime, took: float = 0.0) -> None:
+        """Take a reading of the clock; say so when it stepped since the last one.
+
+        `took`: how long the query that read it took (the database reads its clock when the
+        statement starts, the host pairs it with the moment the reply arrives): a statement
+        that waited on a lock is no step of the clock.
+        """
         at = time.monotonic()
-        last, self._last = self._last, (reading, at)
+        last, self._last = self._last, (reading, at, took)
         if last is None:
             return
         step = reading - (last[0] + dt.timedelta(seconds=at - last[1]))
-        if abs(step) <= CLOCK_STEP:
+        if abs(step) <= CLOCK_STEP + dt.timedelta(seconds=took + last[2]):
             return
         forward = step > dt.timedelta(0)
         if forward:
@@ -452,6 +459,7 @@ class Scheduler:
         assert self.process is not None
         assert self.heartbeat is not None
         explicit = now is not None
+        began = time.monotonic()
         # Once per connection: this thread's queries are the scheduler's own.
         fast_timestamps(connections[self.using])
         self.runs.flush(queued_only=True)
@@ -505,7 +513,7 @@ class Scheduler:
         if now is None:
             now = db_now or self.now()
             if db_now is not None:
-                self.clock_steps.read(db_now)
+                self.clock_steps.read(db_now, round_trip)
                 self._clock_read = (db_now, time.monotonic())
         judging = self.outage.may_judge_others() and not bursting and not self.clock_steps.holding()
         # After an outage every peer looks stale: judge none gone until they could beat.
@@ -608,7 +616,12 @@ class Scheduler:
             # What is due waits for a local slot: sleep until one frees, not at CONTENDED_RETRY.
             limit = 0
         wait = rules.wake_in(now, self.heartbeat_every, result.next_due_at, limit, claimed)
-        result.wake_in = min([wait, *self.runs.timeouts_in(now if explicit else None)])
+        # wake_in counts from the tick's start (run() takes the tick's time off it), and the
+        # timeouts, counted at this moment, from the same.
+        timeouts = self.runs.timeouts_in(now if explicit else None)
+        if not explicit:
+            timeouts = [left + (time.monotonic() - began) for left in timeouts]
+        result.wake_in = min([wait, *timeouts])
         return result
 
     # -- the loop ---------------------------------------------------------------------------
@@ -671,6 +684,9 @@ class Scheduler:
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:
         """Handle signals and beat while serving; then shut down, whatever ended it."""
+        # The loop's queries on a connection of its own, outside a pool task code may hold
+        # all of (runscheduler has given it one already; run() called from code has not).
+        give_back = own_connection(self.using)
         self.signals.install()
         self._serving_threads = True
         if self.heartbeat is not None:
@@ -688,6 +704,7 @@ class Scheduler:
                 self.signals.restore()
                 # This thread's connection would otherwise outlive the loop it served.
                 connections.close_all()
+                give_back()
 
     def _safe_tick(self, *, recycle: bool = True) -> float:
         try:

@@ -283,6 +283,7 @@ def test_process_pages_show_the_pid_as_is_and_times_to_the_second_in_the_zone(su
         pid=10466,
         started_at=started,
         last_heartbeat_at=started + dt.timedelta(seconds=42),
+        stopped_at=dt.datetime(2030, 1, 7, 10, 1, tzinfo=dt.UTC),
     )
     client = client_for(superuser)
     listed = client.get(reverse("admin:django_posixcron_schedulerprocess_changelist"))
@@ -291,6 +292,7 @@ def test_process_pages_show_the_pid_as_is_and_times_to_the_second_in_the_zone(su
     for html in (listed.content.decode(), page):
         assert "2030-01-07 07:00:05 -03" in html  # started, to the second, zone named
         assert "2030-01-07 07:00:47 -03 (" in html  # the heartbeat, and how long ago
+        assert "2030-01-07 07:01:00 -03" in html  # stopped: seconds even when :00
     assert '<div class="readonly">10466</div>' in page  # not "10.466"
     assert "10.466" not in page
 

@@ -79,7 +79,14 @@ def test_the_strip_and_the_chart_read_without_colour(page: Any, artifacts: Path)
 
 @pytest.mark.parametrize(
     ("longest", "label"),
-    [(0.3, "0.50 s"), (1234.5, "30 min"), (50_000, "24 h"), (5 * 86_400, "120 h")],
+    [
+        (0.3, "0.50 s"),
+        (42, "50 s"),
+        (55, "1 min"),
+        (1234.5, "30 min"),
+        (50_000, "24 h"),
+        (5 * 86_400, "120 h"),
+    ],
 )
 def test_the_charts_axis_label_is_whole_inside_the_chart(
     page: Any, longest: float, label: str

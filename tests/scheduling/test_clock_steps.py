@@ -162,3 +162,27 @@ def test_readings_a_moment_apart_are_no_step_and_a_jump_is_one(caplog):
     assert "stepped back by 600" in caplog.text
     steps.read(at + dt.timedelta(minutes=50))
     assert steps.holding()
+
+
+def test_a_reading_that_waited_is_no_step():
+    from django_posixcron.scheduling.loop import ClockSteps
+
+    steps = ClockSteps(dt.timedelta(seconds=30))
+    at = REAL_NOW()
+    steps.read(at, took=0.001)
+    # Read by a statement that waited 5 s on a lock: its reading is 5 s older than its
+    # arrival, and the next one, quick, looks 5 s ahead of it. Neither is a step.
+    steps.read(at - dt.timedelta(seconds=5), took=5.0)
+    steps.read(at, took=0.001)
+    assert not steps.holding()
+
+
+def test_a_clock_stepped_back_does_not_put_the_overdue_look_off():
+    from django_posixcron.scheduling.alerts import OverdueWatch
+
+    watch = OverdueWatch(poll_interval=10)
+    at = REAL_NOW()
+    assert watch.threshold(at) is not None
+    assert watch.threshold(at + dt.timedelta(seconds=5)) is None  # within the poll interval
+    back = at - dt.timedelta(hours=1)
+    assert watch.threshold(back) == back - dt.timedelta(seconds=10)
