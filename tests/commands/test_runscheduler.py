@@ -228,7 +228,8 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
             for i in range(count)
         }
     )
-    reconcile()
+    # Not at the real time: in the minute 03:00 UTC a task created then fires at once.
+    reconcile(now=dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC))
     Task.objects.filter(name="task-001").update(paused=True)
     # Back after downtime: its due time is behind, and it fires now, not "next" at a past time.
     behind = dt.datetime(2020, 1, 1, 3, 0, 0, 250_000, tzinfo=dt.UTC)
@@ -304,7 +305,8 @@ def test_the_start_up_summary_marks_what_another_deploy_declares(posixcron):
             "new-kwargs": {"schedule": "0 3 * * *", **job, "kwargs": {}},
         }
     )
-    reconcile()
+    # Not at the real time: in the minute 03:00 UTC a task created then fires at once.
+    reconcile(now=dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC))
     scheduler = Scheduler(grace=0)
     scheduler.start()
     # What the other release wrote: its definitions, and a task of its own.
