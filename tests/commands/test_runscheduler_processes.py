@@ -40,7 +40,7 @@ def test_once_fires_what_is_due_waits_for_it_and_exits_0(schedulers: Schedulers)
 def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     schedulers: Schedulers,
 ) -> None:
-    schedulers.configure({"nightly": record_task("nightly", "15 3 * * *")})
+    schedulers.configure({"nightly": record_task("nightly", "15 3 1 1 *")})
     before = schedulers.run("--check")
     assert before.returncode == 1, before.stdout + before.stderr
     assert "nightly" in before.stdout + before.stderr
@@ -52,11 +52,11 @@ def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     same = schedulers.run("--check")
     assert same.returncode == 0, same.stdout + same.stderr
 
-    schedulers.configure({"nightly": record_task("nightly", "15 4 * * *")})
+    schedulers.configure({"nightly": record_task("nightly", "15 4 1 1 *")})
     changed = schedulers.run("--check")
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert "nightly" in changed.stdout + changed.stderr
-    assert Task.objects.get(name="nightly").schedule == "15 3 * * *"
+    assert Task.objects.get(name="nightly").schedule == "15 3 1 1 *"
     assert not Run.objects.exists()
 
 
