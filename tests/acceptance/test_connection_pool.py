@@ -11,18 +11,17 @@ from django.db import connections, transaction
 
 from django_posixcron.db import own_connection
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import Schedulers, only_on, task
+from tests.harness.processes import Child, Schedulers, only_on, task
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
-    schedulers: Schedulers, tmp_path: Path
-) -> None:
+def two_runs_holding_the_pool(schedulers: Schedulers, release: Path, *args: str) -> Child:
+    """Start `runscheduler *args` with a pool of two connections and two runs that each take
+    one and hold it until `release` exists; return the process once both hold theirs."""
     only_on("postgresql", why="Django's connection pool is PostgreSQL's")
     pytest.importorskip("psycopg_pool")
-    release = tmp_path / "release"
     holders = {
         f"hold-{i}": task(
             "tests.testapp.jobs.hold_connection",
@@ -37,12 +36,20 @@ def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
         # would fail to get one within seconds.
         extra={"DB_OPTIONS": {"pool": {"min_size": 1, "max_size": 2, "timeout": 2}}},
     )
-    [child] = schedulers.start_live()
+    [child] = schedulers.start_live(1, *args)
     Task.objects.filter(name__in=holders).request_run()
     schedulers.wait_for(
         lambda: Hit.objects.filter(label__startswith="started idle bound").count() == 2,
         what="both runs to hold a pooled connection",
     )
+    return child
+
+
+def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    child = two_runs_holding_the_pool(schedulers, release)
     process = SchedulerProcess.objects.get(pid=child.pid)
     beats = [process.last_heartbeat_at]
 
@@ -76,27 +83,7 @@ def test_tasks_holding_the_whole_pool_leave_the_heartbeat_and_the_loop_going(
 def test_a_sigterm_while_tasks_hold_the_pool_records_them_interrupted(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:
-    only_on("postgresql", why="Django's connection pool is PostgreSQL's")
-    pytest.importorskip("psycopg_pool")
-    never = tmp_path / "never"
-    holders = {
-        f"hold-{i}": task(
-            "tests.testapp.jobs.hold_connection",
-            kwargs={"path": str(never), "task_name": f"hold-{i}"},
-        )
-        for i in (1, 2)
-    }
-    schedulers.configure(
-        holders,
-        CONCURRENCY=2,
-        extra={"DB_OPTIONS": {"pool": {"min_size": 1, "max_size": 2, "timeout": 2}}},
-    )
-    [child] = schedulers.start_live(1, "--grace", "2")
-    Task.objects.filter(name__in=holders).request_run()
-    schedulers.wait_for(
-        lambda: Hit.objects.filter(label__startswith="started idle bound").count() == 2,
-        what="both runs to hold a pooled connection",
-    )
+    child = two_runs_holding_the_pool(schedulers, tmp_path / "never", "--grace", "2")
 
     child.signal(signal.SIGTERM)
     schedulers.expect_exit(child)

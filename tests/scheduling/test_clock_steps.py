@@ -20,6 +20,7 @@ from django.dispatch import Signal
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.scheduler import Scheduler
 from django_posixcron.signals import task_overdue
 from tests.factories import SchedulerProcessFactory
 from tests.harness.tasks import Tasks
@@ -60,17 +61,25 @@ def due_now(tasks: Tasks, name: str, **fields: Any) -> Task:
     return tasks(name, now=now, next_run_at=now - dt.timedelta(seconds=1), **fields)
 
 
-def test_a_step_forward_does_not_time_a_run_out(tasks, make_scheduler, gate, step_clock):
-    name, event = gate
+def started_behind_a_gate(
+    tasks: Tasks, make_scheduler: Callable[..., Scheduler], gate_name: str, timeout: float
+) -> tuple[Scheduler, Run]:
+    """Return a scheduler and the run it started, blocked until the gate opens."""
     due_now(
         tasks,
-        "slow",
+        "blocked",
         callable_path="tests.testapp.jobs.blocked",
-        kwargs={"gate_name": name},
-        timeout=30,
+        kwargs={"gate_name": gate_name},
+        timeout=timeout,
     )
     scheduler = make_scheduler()
     [run] = scheduler.tick().started
+    return scheduler, run
+
+
+def test_a_step_forward_does_not_time_a_run_out(tasks, make_scheduler, gate, step_clock):
+    name, event = gate
+    scheduler, run = started_behind_a_gate(tasks, make_scheduler, name, timeout=30)
 
     step_clock(dt.timedelta(hours=2))
     result = scheduler.tick()
@@ -86,15 +95,7 @@ def test_a_step_forward_does_not_time_a_run_out(tasks, make_scheduler, gate, ste
 
 def test_a_step_back_does_not_put_a_timeout_off(tasks, make_scheduler, gate, step_clock):
     name, event = gate
-    due_now(
-        tasks,
-        "hung",
-        callable_path="tests.testapp.jobs.blocked",
-        kwargs={"gate_name": name},
-        timeout=0.5,
-    )
-    scheduler = make_scheduler()
-    [run] = scheduler.tick().started
+    scheduler, run = started_behind_a_gate(tasks, make_scheduler, name, timeout=0.5)
     step_clock(-dt.timedelta(hours=1))
 
     # Half a second of the run's own time later, whatever the wall clock says.
