@@ -345,8 +345,8 @@ def _nothing() -> None:
     pass
 
 
-# How long the server keeps a session of the scheduler's own threads (the loop, the
-# heartbeat) idle inside a transaction before ending it. A process cut off from the database
+# How long the server keeps a transaction of the scheduler's own threads (the loop, the
+# heartbeat) idle before ending its session. A process cut off from the database
 # in the middle of a claim or an outcome write (a partition, a frozen host) leaves its session
 # open on the server, and with it the row locks it took: every other scheduler skips those
 # rows (SKIP LOCKED) for as long as the server keeps the session, hours by default. Bounded,
@@ -365,7 +365,13 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
     """Have the server end a session of the scheduler's own threads on `using` left idle in
     a transaction longer than IDLE_IN_TRANSACTION_LIMIT (PostgreSQL, MariaDB; MySQL has no
     such setting), for the connections this process opens until the returned function is
-    called (a command called from code: its process goes on)."""
+    called (a command called from code: its process goes on).
+
+    On PostgreSQL the bound is set in each transaction (``SET LOCAL``), not on the session:
+    behind PgBouncer in transaction pooling a session setting stayed on the server
+    connection and reached whichever client PgBouncer gave it to next (a web process, whose
+    long transactions it ended). MariaDB has no such scope; its bound is the session's.
+    """
     from django.db.backends.signals import connection_created
 
     pid = os.getpid()
@@ -378,10 +384,14 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
             or (thread is not threading.main_thread() and thread.name not in _BOUNDED_THREADS)
         ):
             return
-        statement = _idle_bound_statement(connection)
-        if statement:
+        if connection.vendor == "postgresql":
+            if _bound_each_transaction not in connection.execute_wrappers:
+                connection.execute_wrappers.append(_bound_each_transaction)
+        elif connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
             with connection.cursor() as cursor:
-                cursor.execute(statement)
+                cursor.execute(
+                    f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION_LIMIT}"
+                )
 
     uid = f"posixcron-idle-bound-{using}"
     connection_created.connect(bound, weak=False, dispatch_uid=uid)
@@ -391,14 +401,27 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
 
     def unbind() -> None:
         connection_created.disconnect(dispatch_uid=uid)
+        # The caller's thread goes on with its connection: its transactions are its own.
+        wrappers = connections[using].execute_wrappers
+        if _bound_each_transaction in wrappers:
+            wrappers.remove(_bound_each_transaction)
 
     return unbind
 
 
-def _idle_bound_statement(connection: Any) -> str:
-    seconds = IDLE_IN_TRANSACTION_LIMIT
-    if connection.vendor == "postgresql":
-        return f"SET idle_in_transaction_session_timeout = {seconds * 1000}"
-    if connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
-        return f"SET SESSION idle_transaction_timeout = {seconds}"
-    return ""
+_PG_IDLE_BOUND = f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_LIMIT}000"
+
+
+def _bound_each_transaction(
+    execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: dict[str, Any]
+) -> Any:
+    """Before the first statement of a transaction, bound it on the server (PostgreSQL).
+
+    psycopg (2 and 3) begins a transaction with its first statement: until then the server
+    side of the connection is idle (libpq's PQTRANS_IDLE, 0) although Django has turned
+    autocommit off. The bound is sent on the raw cursor, outside Django's query log.
+    """
+    connection = context["connection"]
+    if not connection.get_autocommit() and connection.connection.info.transaction_status == 0:
+        context["cursor"].cursor.execute(_PG_IDLE_BOUND)
+    return execute(sql, params, many, context)

@@ -11,6 +11,7 @@ from django.db import connections, transaction
 
 from django_posixcron.db import own_connection
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
+from tests.harness.pgbouncer import pgbouncer_to_test_database
 from tests.harness.processes import Child, Schedulers, only_on, task
 from tests.testapp.models import Hit
 
@@ -122,3 +123,46 @@ def test_a_thread_gets_its_own_connection_and_back_but_never_inside_a_transactio
     finally:
         del options["pool"]
         connections["default"] = pooled
+
+
+def test_behind_pgbouncer_in_transaction_pooling_the_idle_bound_reaches_no_other_client(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    # The scheduler's 30 s idle-transaction bound was a session SET: under transaction
+    # pooling it stayed on PgBouncer's server connection and reached whichever client got it
+    # next (a web process, whose long transactions it ended).
+    only_on("postgresql", why="PgBouncer pools PostgreSQL connections")
+    import psycopg
+
+    release = tmp_path / "release"
+    release.touch()  # the probe records the bound it sees and returns at once
+    probe = task(
+        "tests.testapp.jobs.hold_connection", kwargs={"path": str(release), "task_name": "probe"}
+    )
+    # One server connection: the loop, the heartbeat and task code all take turns on it.
+    with pgbouncer_to_test_database("transaction", pool_size=1) as port:
+        schedulers.configure(
+            {"probe": probe},
+            extra={"DB_PORT": port, "DB_SETTINGS": {"DISABLE_SERVER_SIDE_CURSORS": True}},
+        )
+        [child] = schedulers.start_live(1)
+        for runs in (1, 2):  # a claim's and an outcome's transactions between the two
+            Task.objects.get(name="probe").request_run()
+            schedulers.wait_for(
+                lambda: Run.objects.filter(status=RunStatus.SUCCEEDED).count() == runs,  # noqa: B023
+                what=f"run {runs} to succeed",
+            )
+        settings = connections["default"].settings_dict
+        with psycopg.connect(
+            host="127.0.0.1", port=port, dbname=settings["NAME"], user=settings["USER"]
+        ) as other:
+            row = other.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        child.signal(signal.SIGTERM)
+        schedulers.expect_exit(child)
+        assert child.wait() == 0, schedulers.outputs()
+    assert row == ("0",), row
+    seen = list(
+        Hit.objects.filter(label__startswith="started idle bound").values_list("label", flat=True)
+    )
+    assert seen == ["started idle bound 0"] * 2, seen
+    assert "database unavailable" not in child.output(), child.output()

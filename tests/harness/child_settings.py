@@ -25,6 +25,9 @@ if "DB_OPTIONS" in _config:  # a connection pool, say
         **_config["DB_OPTIONS"],
     }
 
+if "DB_SETTINGS" in _config:  # DISABLE_SERVER_SIDE_CURSORS behind PgBouncer, say
+    DATABASES["default"].update(_config["DB_SETTINGS"])
+
 if "EMPTY_DB_NAME" in _config:
     # The router configuration: "default" is a database without this app's tables, and the
     # test database is "cron", where CronRouter sends the app's models (unless ROUTER is off,
