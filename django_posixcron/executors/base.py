@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import inspect
+import logging
+import os
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
+
+from django.db import connections
+
+logger = logging.getLogger("django_posixcron.executors")
 
 
 class Declared(Protocol):
@@ -24,7 +33,7 @@ def describe_exception(exc: BaseException) -> str:
     name = type(exc).__name__
     try:
         message = str(exc)
-    except Exception:
+    except BaseException:  # a KeyboardInterrupt or SystemExit raised by __str__ too
         message = "<str() of the exception raised an error>"
     return f"{name}: {message}" if message else name
 
@@ -93,3 +102,53 @@ class Executor(Protocol):
 
     def kill_all(self) -> None:
         """Stop every run at once, within a second or so: the forced exit (a second signal)."""
+
+
+def close_connections(key: int) -> None:
+    """Close this thread's connections, those a run left inside a transaction too.
+
+    Django closes a connection inside an atomic block only halfway (the block is still open,
+    the closed connection kept for it): a run that entered atomic() and never left it broke
+    every later run of the thread with "the connection is closed". Such a connection is
+    rolled back with its close and forgotten, so that the next run opens a new one. A run
+    that turned autocommit off and did not commit loses its writes the same way, and is
+    told so too.
+    """
+    for conn in connections.all(initialized_only=True):
+        left_open = conn.in_atomic_block
+        autocommit_off = conn.connection is not None and not left_open and not conn.autocommit
+        conn.close()
+        if left_open or autocommit_off:
+            how = (
+                "an atomic block it never exited"
+                if left_open
+                else "autocommit turned off and no commit"
+            )
+            logger.warning(
+                "run %s left a transaction open on database %r (%s): what it wrote there "
+                "since its last commit was rolled back",
+                key,
+                conn.alias,
+                how,
+                extra={"action": "transaction_left_open", "run_id": key},
+            )
+        if left_open:
+            # Out of the block it never left; connect() resets the rest of the transaction
+            # state when the next run asks for a connection.
+            conn.in_atomic_block = False
+            conn.closed_in_transaction = False
+            conn.connection = None
+
+
+def exit_without_waiting(code: int) -> NoReturn:
+    """End the process with `code` as the interpreter would, but without waiting for the
+    threads task code left running: its ``atexit`` handlers run (logging's flush, an error
+    tracker sending what it holds) and the standard streams are flushed, but the join of every
+    non-daemon thread that the interpreter's own exit makes never comes."""
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)

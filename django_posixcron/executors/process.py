@@ -10,7 +10,6 @@ unnoticed.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import select
@@ -22,12 +21,12 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from django.db import connections
-
 from django_posixcron.executors.base import (
     Declared,
     TaskCodeError,
+    close_connections,
     describe_exception,
+    exit_without_waiting,
     refuse_unrun,
 )
 from django_posixcron.executors.thread import ThreadExecutor
@@ -285,7 +284,7 @@ def _run(
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too
         message = ("error", describe_exception(exc), traceback.format_exc())
     finally:
-        connections.close_all()
+        close_connections(key)
     results.send(message)
     results.close()
 
@@ -299,13 +298,7 @@ def _exit_after_run() -> NoReturn:
     and with it the run, going after the callable had returned (recorded `timed_out` past the
     timeout, its duration stretched, the next occurrence skipped meanwhile).
     """
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(0)
+    exit_without_waiting(0)
 
 
 def _watch(pid: int, lifeline_fd: int, scheduler_pid: int, key: int) -> int:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
 from collections.abc import Callable
 
-from django.db import connections
-
-from django_posixcron.executors.base import Declared, refuse_unrun
+from django_posixcron.executors.base import Declared, close_connections, refuse_unrun
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +173,10 @@ class ThreadExecutor:
                 self._queued -= 1
             key, job = item
             try:
-                job()
+                # In a context of its own, as a new thread's: what task code sets in context
+                # variables (timezone.activate(), translation.activate() and every other
+                # asgiref Local) ends with its run, not passed on to the thread's next run.
+                contextvars.Context().run(job)
             except BaseException:
                 # The job records its own outcome; anything reaching here is a bug in it, and
                 # a worker thread must never take the process down.
@@ -202,29 +204,3 @@ class ThreadExecutor:
             # A stuck call returning can give a slot back (see _free_slots).
             self._wakeup()
         self.release(key)
-
-
-def close_connections(key: int) -> None:
-    """Close this thread's connections, those a run left inside a transaction too.
-
-    Django closes a connection inside an atomic block only halfway (the block is still open,
-    the closed connection kept for it): a run that entered atomic() and never left it broke
-    every later run of the thread with "the connection is closed". Such a connection is
-    rolled back with its close and forgotten, so that the next run opens a new one.
-    """
-    for conn in connections.all(initialized_only=True):
-        left_open = conn.in_atomic_block
-        conn.close()
-        if left_open:
-            logger.warning(
-                "run %s left a transaction open on database %r (an atomic block it never "
-                "exited): what it wrote there was rolled back",
-                key,
-                conn.alias,
-                extra={"action": "transaction_left_open", "run_id": key},
-            )
-            # Out of the block it never left; connect() resets the rest of the transaction
-            # state when the next run asks for a connection.
-            conn.in_atomic_block = False
-            conn.closed_in_transaction = False
-            conn.connection = None

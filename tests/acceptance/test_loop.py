@@ -17,6 +17,7 @@ from tests.factories import TaskFactory
 from tests.harness.charsets import utf8mb3_columns
 from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
 from tests.testapp.jobs import GATES
+from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -430,6 +431,56 @@ def test_a_run_that_leaves_a_transaction_open_does_not_break_the_next_runs(world
     assert hits("fine") == 2
     assert hits("open") == 0  # what it wrote inside the transaction was rolled back
     assert "left a transaction open on database 'default'" in caplog.text
+
+
+def test_a_run_that_leaves_autocommit_off_is_told_its_writes_were_rolled_back(world, caplog):
+    # Its writes were rolled back with the connection's close, and the run said nothing.
+    world.settings(
+        {"off": job("off", "leave_autocommit_off"), "fine": record("fine", "0 * * * *")},
+        CONCURRENCY=1,
+    )
+    world.start(T0)
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        world.tick(T0)
+        world.tick(T0 + SECOND)
+    assert [r[1] for r in runs("off")] == ["succeeded"]
+    assert hits("off") == 0
+    assert hits("fine") == 1  # the thread's next run has a connection of its own
+    assert (
+        "left a transaction open on database 'default' (autocommit turned off and no commit)"
+        in caplog.text
+    )
+
+
+def test_an_exception_whose_str_raises_is_still_recorded_failed_and_retried(world):
+    # str() raised a KeyboardInterrupt out of the recording itself: the run stayed `running`
+    # for good, and every later occurrence was skipped as overlapping it.
+    world.settings({"odd": job("odd", "raise_interrupting_str", retry_delay=60)})
+    world.start(T0)
+    world.tick(T0)
+    [run] = Run.objects.filter(task__name="odd")
+    assert run.status == "failed"
+    assert run.error == "InterruptingStrError: <str() of the exception raised an error>"
+    assert "raise InterruptingStrError" in run.traceback
+    world.tick(task("odd").retry_at)
+    assert [r[:2] for r in runs("odd")] == [("cron", "failed"), ("retry", "failed")]
+
+
+def test_what_a_run_activates_ends_with_it(world):
+    # timezone.activate() and translation.activate() in task code lasted on the worker
+    # thread: every later run of any task on it saw Asia/Tokyo and German.
+    world.settings(
+        {
+            "activates": job("activates", "activate_zone_and_language"),
+            "reads": job("reads", "record_zone_and_language", "5 * * * *"),
+        },
+        CONCURRENCY=1,
+    )
+    world.start(T0)
+    world.tick(T0)
+    world.tick(T0 + 5 * MINUTE)
+    assert hits("activates") == 1
+    assert Hit.objects.get(task_name="reads").label == "UTC|en-us"
 
 
 def test_an_error_message_with_a_nul_character_does_not_stall_the_scheduler(world):

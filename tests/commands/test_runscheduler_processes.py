@@ -179,3 +179,43 @@ def test_the_migrate_command_names_the_alias_the_routers_choose(
         assert "The database 'cron' lacks django_posixcron migrations" in result.stderr
         assert "run `manage.py migrate --database cron` first" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_threads_task_code_leaves_running_keep_neither_once_nor_a_stopped_scheduler_alive(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    # The interpreter's exit waits for every non-daemon thread: one a task started in the
+    # thread executor kept `--once` from ever exiting (a crontab's invocations piled up) and a
+    # stopped scheduler alive after "scheduler stopped", until a second signal killed it.
+    leaves = task(
+        "tests.testapp.jobs.leave_thread_running",
+        "* * * * *",  # matches the current minute: due at once on the first start
+        kwargs={"directory": str(tmp_path), "seconds": 3600},
+    )
+    schedulers.configure({"leaves": leaves})
+    result = schedulers.run("--once", timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "exiting without waiting for 1 thread(s) task code left running" in result.stderr
+    assert (tmp_path / "atexit").read_text() == "ran"  # logging's flush and the like still run
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+    (tmp_path / "atexit").unlink()
+    [child] = schedulers.start_live(1)
+    Task.objects.get(name="leaves").request_run()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.SUCCEEDED).count() >= 2,
+        what="the requested run to succeed",
+    )
+    child.signal(signal.SIGTERM)
+    schedulers.expect_exit(child)
+    assert child.wait(timeout=30) == 0
+    assert "thread(s) task code left running" in child.output()
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
+def test_once_with_no_thread_left_running_says_nothing_of_threads(schedulers: Schedulers) -> None:
+    # The scheduler's own threads have ended (or are daemons) when the command returns.
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")})
+    result = schedulers.run("--once")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "thread(s)" not in result.stdout + result.stderr

@@ -125,6 +125,39 @@ def test_a_run_that_returned_ends_without_waiting_for_threads_it_left(
     assert (tmp_path / "atexit").read_text() == "ran"
 
 
+@pytest.mark.parametrize(
+    ("path", "how"),
+    [
+        ("leave_atomic_open", "an atomic block it never exited"),
+        ("leave_autocommit_off", "autocommit turned off and no commit"),
+    ],
+)
+def test_a_run_that_leaves_a_transaction_open_in_its_process_is_told_so(
+    tasks, make_scheduler, capfd, path, how
+):
+    # The run's process closed its connections without a word: its writes were rolled back
+    # and the run read as a plain success.
+    tasks(callable_path=f"tests.testapp.jobs.{path}")
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert f"left a transaction open on database 'default' ({how})" in capfd.readouterr().err
+
+
+def test_an_exception_whose_str_raises_in_the_child_is_recorded_with_its_traceback(
+    tasks, make_scheduler
+):
+    tasks(callable_path="tests.testapp.jobs.raise_interrupting_str")
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+    run = Run.objects.get()
+    assert run.status == RunStatus.FAILED
+    assert run.error == "InterruptingStrError: <str() of the exception raised an error>"
+    assert "raise InterruptingStrError" in run.traceback
+
+
 def test_a_task_may_use_multiprocessing_itself(tasks, make_scheduler, tmp_path):
     result = tmp_path / "result"
     tasks(callable_path="tests.testapp.jobs.uses_multiprocessing", kwargs={"path": str(result)})

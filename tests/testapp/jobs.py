@@ -333,12 +333,22 @@ def raise_with_emoji(task_name: str) -> None:
     raise ValueError("deploy failed \U0001f525")
 
 
-def leave_atomic_open(task_name: str) -> None:
-    """Enter a transaction and never leave it (a context manager's __enter__ called alone)."""
+def leave_atomic_open(task_name: str = "") -> None:
+    """Enter a transaction and never leave it (a context manager's __enter__ called alone);
+    record a Hit in it, or without `task_name` (a run's own process, whose database is not
+    the test's) only read."""
     from django.db import transaction
 
     transaction.atomic().__enter__()
-    Hit.objects.create(task_name=task_name)
+    _write_or_read(task_name)
+
+
+def _write_or_read(task_name: str) -> None:
+    if task_name:
+        Hit.objects.create(task_name=task_name)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
 
 
 def leave_thread_running(directory: str, seconds: float, flag: str = "atexit") -> None:
@@ -506,3 +516,43 @@ def hold_connection(path: str, task_name: str) -> None:
         (bound,) = cursor.fetchone()
     Hit.objects.create(task_name=task_name, label=f"started idle bound {bound}")
     wait_for_file(path, task_name=task_name)
+
+
+class InterruptingStrError(Exception):
+    """An exception whose str() raises a BaseException, not an Exception."""
+
+    def __str__(self) -> str:
+        raise KeyboardInterrupt
+
+
+def raise_interrupting_str(task_name: str = "") -> None:
+    """Fail with an InterruptingStrError (recording a Hit first, given `task_name`)."""
+    if task_name:
+        Hit.objects.create(task_name=task_name)
+    raise InterruptingStrError
+
+
+def leave_autocommit_off(task_name: str = "") -> None:
+    """Turn autocommit off, write (or only read, as leave_atomic_open), and return without
+    committing."""
+    from django.db import transaction
+
+    transaction.set_autocommit(False)
+    _write_or_read(task_name)
+
+
+def activate_zone_and_language(task_name: str) -> None:
+    """Activate a time zone and a language, as code written for a request does, and return."""
+    from django.utils import timezone, translation
+
+    timezone.activate("Asia/Tokyo")
+    translation.activate("de")
+    Hit.objects.create(task_name=task_name)
+
+
+def record_zone_and_language(task_name: str) -> None:
+    """Record the current time zone and language in the Hit's label."""
+    from django.utils import timezone, translation
+
+    label = f"{timezone.get_current_timezone_name()}|{translation.get_language()}"
+    Hit.objects.create(task_name=task_name, label=label)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from django_posixcron.db import (
     own_connection,
     with_connection_timeouts,
 )
+from django_posixcron.executors.base import exit_without_waiting
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -130,6 +133,35 @@ class Command(BaseCommand):
             action="store_true",
             help="Print what reconciling would change and exit 1 if anything would, 0 if not.",
         )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run the command from the command line; then end the process even if task code
+        left threads running.
+
+        The interpreter's own exit waits for every non-daemon thread: one that a task started
+        in the thread executor and never ended kept a stopped scheduler alive after "scheduler
+        stopped" (until a second signal killed it) and ``--once`` from exiting at all (a
+        crontab's invocations piled up). Called from code (``call_command``), nothing changes:
+        the caller's process goes on.
+        """
+        try:
+            super().run_from_argv(argv)
+        except SystemExit as exc:
+            code = exc.code
+            if not _threads_left_running():
+                raise
+        else:
+            code = 0
+            if not _threads_left_running():
+                return
+        left = _threads_left_running()
+        logging.getLogger("django_posixcron.scheduler").warning(
+            "exiting without waiting for %d thread(s) task code left running: %s",
+            len(left),
+            ", ".join(thread.name for thread in left),
+            extra={"action": "threads_left_running"},
+        )
+        exit_without_waiting(code if isinstance(code, int) else 0 if code is None else 1)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_posixcron.declarations.top_level import collected_once
@@ -333,3 +365,10 @@ def _not_ours(scheduler: Any, name: str, schedule: str, stored_hash: str) -> str
     else:
         mine = "declares it differently"
     return f" [another deploy's definition, not run here; this process {mine}]"
+
+
+def _threads_left_running() -> list[threading.Thread]:
+    """The non-daemon threads still running besides the main one: task code's (the
+    scheduler's own have ended, or are daemons)."""
+    main = threading.main_thread()
+    return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
