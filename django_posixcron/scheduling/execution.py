@@ -486,7 +486,8 @@ class Runs:
             self._held_logged.update(o.run.pk for o in new)
             logger.warning(
                 "%d outcome(s) wait for rows another transaction holds (a scheduler frozen in "
-                "the middle of a write?): %s; trying again at the next tick",
+                "the middle of a write, or task code still running that locked its own task "
+                "or run?): %s; trying again at the next tick",
                 len(new),
                 ", ".join(f"run {o.run.pk} of {o.run.task.name}" for o in new),
                 extra={"action": "outcome_held"},
