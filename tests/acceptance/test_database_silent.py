@@ -56,7 +56,6 @@ def test_a_first_signal_ends_the_process_in_time_while_the_database_is_silent(
     release = tmp_path / "release"
     job = task(
         "tests.testapp.jobs.wait_for_file",
-        "0 0 1 1 *",
         kwargs={"path": str(release), "task_name": "held"},
     )
     through(schedulers, relay, {"held": job})

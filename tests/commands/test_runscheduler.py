@@ -16,6 +16,7 @@ from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.reconcile import reconcile
 from tests.factories import TaskFactory
 from tests.harness.charsets import utf8mb3_columns
+from tests.harness.processes import YEARLY
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,7 +151,7 @@ def test_once_leaves_what_fell_due_after_its_first_tick_to_the_next_invocation(p
     # One slot, two tasks due: the second is claimed when the first's run ends. The first
     # asks for a run of a third task meanwhile; due after the first tick, it is the next
     # invocation's, as the next minute's occurrences are.
-    yearly = {"schedule": "0 0 1 1 *", "retry_delay": 60}
+    yearly = {"schedule": YEARLY, "retry_delay": 60}  # never due now, even on 1 January
     posixcron(
         {
             "requester": {

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import Schedulers, only_on, record_task, task
+from tests.harness.processes import YEARLY, Schedulers, only_on, record_task, task
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -40,7 +40,9 @@ def test_once_fires_what_is_due_waits_for_it_and_exits_0(schedulers: Schedulers)
 def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     schedulers: Schedulers,
 ) -> None:
-    schedulers.configure({"nightly": record_task("nightly", "15 3 1 1 *")})
+    # Yearly schedules that cannot fall due while the test runs (not 1 January's either).
+    yearly, other = YEARLY, YEARLY.replace("0 12 ", "0 13 ", 1)
+    schedulers.configure({"nightly": record_task("nightly", yearly)})
     before = schedulers.run("--check")
     assert before.returncode == 1, before.stdout + before.stderr
     assert "nightly" in before.stdout + before.stderr
@@ -52,11 +54,11 @@ def test_check_exits_1_while_the_database_differs_and_0_once_reconciled(
     same = schedulers.run("--check")
     assert same.returncode == 0, same.stdout + same.stderr
 
-    schedulers.configure({"nightly": record_task("nightly", "15 4 1 1 *")})
+    schedulers.configure({"nightly": record_task("nightly", other)})
     changed = schedulers.run("--check")
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert "nightly" in changed.stdout + changed.stderr
-    assert Task.objects.get(name="nightly").schedule == "15 3 1 1 *"
+    assert Task.objects.get(name="nightly").schedule == yearly
     assert not Run.objects.exists()
 
 
