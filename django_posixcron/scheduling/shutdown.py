@@ -64,11 +64,16 @@ _STOP_WATCHING = b"\0"
 # The watcher installed in this process, for the fork handler below.
 _installed: SignalWatcher | None = None
 
+# The signals that stop the scheduler. SIGHUP too (a closed terminal, an orchestrator's
+# choice): by default it killed the process on the spot, its runs left to be found lost.
+# An ignored SIGHUP (nohup) stays ignored.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 # The signals the watcher handles, held back in a forking thread until the child has let go
 # of the watcher: a SIGTERM reaching the child between fork() and forget_in_child() (a pool
 # terminating a worker it has just started) went down the inherited pipe to the scheduler.
-_FORK_HELD = frozenset({signal.SIGTERM, signal.SIGINT})
+_FORK_HELD = frozenset(STOP_SIGNALS)
 # The forking thread's signal mask before fork(), per thread: restored in parent and child.
 _fork_mask = threading.local()
 
@@ -100,28 +105,34 @@ os.register_at_fork(
 
 
 class SignalWatcher:
-    """Own SIGTERM and SIGINT: the first asks for a graceful stop, the second a forced exit."""
+    """Own SIGTERM, SIGINT and SIGHUP: the first asks for a graceful stop, the second a forced
+    exit."""
 
     def __init__(self, on_first: Callable[[str], None], on_second: Callable[[str], None]) -> None:
         self._on_first = on_first
         self._on_second = on_second
         self._previous: dict[int, Any] = {}
+        self._handled: frozenset[int] = frozenset()
         self._pipe: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
         self._previous_fd = -1
         self.received = 0
 
     def install(self) -> bool:
-        """Handle SIGTERM and SIGINT; return False if already handled or not possible here."""
+        """Handle the stop signals; return False if already handled or not possible here."""
         if self._previous or threading.current_thread() is not threading.main_thread():
             return False
         self._pipe = os.pipe()
         os.set_blocking(self._pipe[1], False)
         self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        # Started under nohup, SIGHUP is ignored: the user asked for that.
+        self._handled = frozenset(
+            s for s in STOP_SIGNALS if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN
+        )
         self._thread = threading.Thread(target=self._watch, name="posixcron-signals-watch")
         self._thread.daemon = True
         self._thread.start()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in self._handled:
             self._previous[signum] = signal.signal(signum, self._handle)
         global _installed
         _installed = self
@@ -185,7 +196,7 @@ class SignalWatcher:
             for signum in data:
                 if signum == _STOP_WATCHING[0]:
                     return
-                if signum not in (signal.SIGTERM, signal.SIGINT):
+                if signum not in self._handled:
                     continue  # another signal some other code handles
                 self.received += 1
                 name = signal.Signals(signum).name

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,15 @@ from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
-from tests.harness.processes import YEARLY, Schedulers, only_on, record_task, task
+from tests.harness.processes import (
+    ROOT,
+    YEARLY,
+    Child,
+    Schedulers,
+    only_on,
+    record_task,
+    task,
+)
 from tests.testapp.models import Hit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -221,3 +233,76 @@ def test_once_with_no_thread_left_running_says_nothing_of_threads(schedulers: Sc
     result = schedulers.run("--once")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "thread(s)" not in result.stdout + result.stderr
+
+
+def test_the_summary_and_what_tasks_print_reach_a_pipe_while_it_runs(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    # Without PYTHONUNBUFFERED, stdout to a pipe or a file is block-buffered: a log collector
+    # saw the start-up summary, and what tasks print, only when the process exited (never
+    # after a kill -9).
+    schedulers.configure({"prints": task("tests.testapp.jobs.print_line", kwargs={"text": "hi"})})
+    env = {k: v for k, v in schedulers.env().items() if k != "PYTHONUNBUFFERED"}
+    child = Child("buffered", [], env, tmp_path / "buffered.log")
+    schedulers.children.append(child)
+    schedulers.wait_for(
+        lambda: "django-posixcron scheduler " in child.output(), what="the start-up summary"
+    )
+    schedulers.wait_for(
+        lambda: Task.objects.filter(name="prints").exists(), what="the task to be reconciled"
+    )
+    Task.objects.get(name="prints").request_run()
+    schedulers.wait_for(lambda: "\nhi\n" in child.output(), what="what the task printed")
+    child.signal(signal.SIGTERM)
+    schedulers.expect_exit(child)
+    assert child.wait() == 0, child.output()
+
+
+def test_sighup_stops_it_gracefully(schedulers: Schedulers, tmp_path: Path) -> None:
+    # SIGHUP (a closed terminal, an orchestrator's choice) killed it on the spot, without a
+    # word, its running runs left to be found lost.
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "held": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "held"},
+            )
+        }
+    )
+    [child] = schedulers.start_live(1)
+    Task.objects.get(name="held").request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="held", label="started").exists(),
+        what="the run to start",
+    )
+    child.signal(signal.SIGHUP)
+    schedulers.wait_for(lambda: "SIGHUP" in child.output(), what="the stop to be logged")
+    release.touch()
+    schedulers.expect_exit(child)
+    assert child.wait() == 0, child.output()
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert SchedulerProcess.objects.get(pid=child.pid).stopped_at is not None
+
+
+def test_as_pid_1_it_says_to_run_it_under_an_init(schedulers: Schedulers) -> None:
+    # As PID 1 of a container it reaps no orphan and ignores signals it has no handler for
+    # yet: the fix is an init, and the scheduler says so.
+    unshare = shutil.which("unshare")
+    if unshare is None or os.getuid() != 0:
+        pytest.skip("needs unshare(1) and root to start a process as PID 1")
+    schedulers.configure({"job": record_task("job")})
+    as_pid_1 = [unshare, "--pid", "--fork", "--mount-proc"]
+    result = subprocess.run(
+        [*as_pid_1, sys.executable, "-m", "django", "runscheduler", "--check"],
+        cwd=ROOT,
+        env=schedulers.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode not in (0, 1) or "unshare:" in result.stderr:
+        pytest.skip(f"unshare cannot start a PID namespace here: {result.stderr.strip()}")
+    assert "running as PID 1 (a container without an init)" in result.stderr, result.stderr
+    assert "run it under an init (docker run --init, tini" in result.stderr

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -143,7 +145,21 @@ class Command(BaseCommand):
         stopped" (until a second signal killed it) and ``--once`` from exiting at all (a
         crontab's invocations piled up). Called from code (``call_command``), nothing changes:
         the caller's process goes on.
+
+        Its own process, it also writes what task code prints a line at a time (a pipe to a
+        log collector otherwise holds it until a buffer fills), and says so when it is PID 1.
         """
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        if os.getpid() == 1:
+            logging.getLogger("django_posixcron.scheduler").warning(
+                "running as PID 1 (a container without an init): orphaned processes that "
+                "task code leaves are never reaped, and a signal that comes before the "
+                "scheduler handles it is ignored; run it under an init (docker run --init, "
+                "tini, dumb-init, or Kubernetes' shareProcessNamespace)",
+                extra={"action": "pid_1"},
+            )
         try:
             super().run_from_argv(argv)
         except SystemExit as exc:
@@ -314,6 +330,9 @@ class Command(BaseCommand):
             # dropped table), and the summary is only informative: the loop that follows
             # waits such an outage out and logs it.
             self.stdout.write(f"The task list could not be read: {one_line(exc)}")
+        # Piped to a log collector, stdout is block-buffered: the summary came out when the
+        # process exited, and never after a kill -9.
+        self.stdout.flush()
 
     def _list_tasks(self, scheduler: Any) -> None:
         from django_posixcron.models import Task
