@@ -7,6 +7,7 @@ project's DATABASE_ROUTERS choose for the app's models (`default` without router
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import os
@@ -402,9 +403,15 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
     def unbind() -> None:
         connection_created.disconnect(dispatch_uid=uid)
         # The caller's thread goes on with its connection: its transactions are its own.
-        wrappers = connections[using].execute_wrappers
-        if _bound_each_transaction in wrappers:
-            wrappers.remove(_bound_each_transaction)
+        connection = connections[using]
+        if _bound_each_transaction in connection.execute_wrappers:
+            connection.execute_wrappers.remove(_bound_each_transaction)
+        mariadb = connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False)
+        if mariadb and connection.connection is not None:
+            if connection.in_atomic_block:
+                return  # the caller's transaction, on a connection opened before the bound
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
 
     return unbind
 
@@ -419,9 +426,13 @@ def _bound_each_transaction(
 
     psycopg (2 and 3) begins a transaction with its first statement: until then the server
     side of the connection is idle (libpq's PQTRANS_IDLE, 0) although Django has turned
-    autocommit off. The bound is sent on the raw cursor, outside Django's query log.
+    autocommit off. The bound is sent on a raw cursor of its own (the statement's may be a
+    named, server-side one), outside Django's query log but inside its error conversion: as
+    the first statement of a transaction it is often what finds a dead connection, and the
+    scheduler's outage handling knows Django's errors, not the driver's.
     """
     connection = context["connection"]
     if not connection.get_autocommit() and connection.connection.info.transaction_status == 0:
-        context["cursor"].cursor.execute(_PG_IDLE_BOUND)
+        with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+            cursor.execute(_PG_IDLE_BOUND)
     return execute(sql, params, many, context)

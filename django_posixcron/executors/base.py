@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Protocol
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 logger = logging.getLogger("django_posixcron.executors")
 
@@ -116,7 +116,7 @@ def close_connections(key: int) -> None:
     """
     for conn in connections.all(initialized_only=True):
         left_open = conn.in_atomic_block
-        autocommit_off = conn.connection is not None and not left_open and not conn.autocommit
+        autocommit_off = not left_open and _uncommitted(conn)
         conn.close()
         if left_open or autocommit_off:
             how = (
@@ -138,6 +138,24 @@ def close_connections(key: int) -> None:
             conn.in_atomic_block = False
             conn.closed_in_transaction = False
             conn.connection = None
+
+
+def _uncommitted(conn: Any) -> bool:
+    """Whether the run turned autocommit off (the project's setting is on) and left a
+    transaction that a close rolls back."""
+    if conn.connection is None or conn.autocommit or not conn.settings_dict["AUTOCOMMIT"]:
+        return False
+    if conn.vendor == "postgresql":
+        return bool(conn.connection.info.transaction_status != 0)  # a statement since commit
+    if conn.vendor == "sqlite":
+        return bool(conn.connection.in_transaction)
+    try:  # MariaDB says; MySQL does not, and autocommit left off is the run's mistake anyway
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT @@in_transaction")
+            (open_,) = cursor.fetchone()
+        return bool(open_)
+    except DatabaseError:
+        return True
 
 
 def exit_without_waiting(code: int) -> NoReturn:

@@ -452,6 +452,16 @@ def test_a_run_that_leaves_autocommit_off_is_told_its_writes_were_rolled_back(wo
     )
 
 
+def test_a_run_that_committed_with_autocommit_off_lost_nothing_and_is_not_warned(world, caplog):
+    world.settings({"committed": job("committed", "commit_with_autocommit_off")})
+    world.start(T0)
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        world.tick(T0)
+        world.tick(T0 + SECOND)
+    assert hits("committed") == 1
+    assert "left a transaction open" not in caplog.text
+
+
 def test_an_exception_whose_str_raises_is_still_recorded_failed_and_retried(world):
     # str() raised a KeyboardInterrupt out of the recording itself: the run stayed `running`
     # for good, and every later occurrence was skipped as overlapping it.

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.executors import ProcessExecutor, TaskCodeError
@@ -17,6 +18,7 @@ from django_posixcron.models import Run, RunStatus
 from tests.harness.processes import running
 from tests.harness.tasks import T0
 from tests.harness.waiting import wait_until
+from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,16 +135,29 @@ def test_a_run_that_returned_ends_without_waiting_for_threads_it_left(
     ],
 )
 def test_a_run_that_leaves_a_transaction_open_in_its_process_is_told_so(
-    tasks, make_scheduler, capfd, path, how
+    tasks, make_scheduler, capfd, monkeypatch, path, how
 ):
     # The run's process closed its connections without a word: its writes were rolled back
     # and the run read as a plain success.
-    tasks(callable_path=f"tests.testapp.jobs.{path}")
+    monkeypatch.setenv("DATABASE_URL", child_database_url())  # the run's process writes there
+    tasks(callable_path=f"tests.testapp.jobs.{path}", kwargs={"task_name": "open"})
     scheduler = make_scheduler(executor=ProcessExecutor(1))
     scheduler.tick(T0)
     assert scheduler.wait_idle(timeout=60)
     assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert not Hit.objects.exists()  # rolled back
     assert f"left a transaction open on database 'default' ({how})" in capfd.readouterr().err
+
+
+def child_database_url() -> str:
+    """DATABASE_URL for tests.settings in a run's process: the test database itself."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    scheme = {"postgresql": "postgres", "mysql": "mysql"}[connection.vendor]
+    port = s["PORT"] or (5432 if connection.vendor == "postgresql" else 3306)
+    credentials = f"{s['USER']}:{s['PASSWORD']}" if s["PASSWORD"] else s["USER"]
+    return f"{scheme}://{credentials}@{s['HOST'] or '127.0.0.1'}:{port}/{s['NAME']}"
 
 
 def test_an_exception_whose_str_raises_in_the_child_is_recorded_with_its_traceback(

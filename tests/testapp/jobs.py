@@ -561,3 +561,10 @@ def record_zone_and_language(task_name: str) -> None:
 def print_line(text: str) -> None:
     """Print `text` on stdout, as task code does."""
     print(text)
+
+
+def commit_with_autocommit_off(task_name: str) -> None:
+    """Turn autocommit off, write, commit, and return with autocommit still off."""
+    transaction.set_autocommit(False)
+    Hit.objects.create(task_name=task_name)
+    transaction.commit()

@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,11 @@ class Command(BaseCommand):
             code = exc.code
             if not _threads_left_running():
                 raise
+        except BaseException as exc:  # a crash, or a Ctrl-C before the handlers
+            if not _threads_left_running():
+                raise
+            traceback.print_exc()
+            code = 130 if isinstance(exc, KeyboardInterrupt) else 1
         else:
             code = 0
             if not _threads_left_running():
