@@ -388,7 +388,7 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
         if connection.vendor == "postgresql":
             if _bound_each_transaction not in connection.execute_wrappers:
                 connection.execute_wrappers.append(_bound_each_transaction)
-        elif connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+        elif _is_mariadb(connection):
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION_LIMIT}"
@@ -406,14 +406,18 @@ def bound_idle_transactions(using: str) -> Callable[[], None]:
         connection = connections[using]
         if _bound_each_transaction in connection.execute_wrappers:
             connection.execute_wrappers.remove(_bound_each_transaction)
-        mariadb = connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False)
-        if mariadb and connection.connection is not None:
+        # Open connections only: asking a closed one whether it is MariaDB connects it.
+        if connection.connection is not None and _is_mariadb(connection):
             if connection.in_atomic_block:
                 return  # the caller's transaction, on a connection opened before the bound
             with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
                 cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
 
     return unbind
+
+
+def _is_mariadb(connection: Any) -> bool:
+    return connection.vendor == "mysql" and bool(getattr(connection, "mysql_is_mariadb", False))
 
 
 _PG_IDLE_BOUND = f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_LIMIT}000"
