@@ -164,26 +164,25 @@ class Command(BaseCommand):
         try:
             super().run_from_argv(argv)
         except SystemExit as exc:
-            code = exc.code
-            if not _threads_left_running():
+            if not (left := _threads_left_running()):
                 raise
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         except BaseException as exc:  # a crash, or a Ctrl-C before the handlers
-            if not _threads_left_running():
+            if not (left := _threads_left_running()):
                 raise
             traceback.print_exc()
             code = 130 if isinstance(exc, KeyboardInterrupt) else 1
         else:
-            code = 0
-            if not _threads_left_running():
+            if not (left := _threads_left_running()):
                 return
-        left = _threads_left_running()
+            code = 0
         logging.getLogger("django_posixcron.scheduler").warning(
             "exiting without waiting for %d thread(s) task code left running: %s",
             len(left),
             ", ".join(thread.name for thread in left),
             extra={"action": "threads_left_running"},
         )
-        exit_without_waiting(code if isinstance(code, int) else 0 if code is None else 1)
+        exit_without_waiting(code)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_posixcron.declarations.top_level import collected_once
