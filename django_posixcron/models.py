@@ -268,7 +268,8 @@ class Task(models.Model):
             models.Index(fields=["due_at"], name="posixcron_task_due_at"),
         ]
         permissions = [
-            ("pause_task", _("Can pause and resume tasks")),
+            ("pause_task", _("Can pause tasks")),
+            ("resume_task", _("Can resume tasks")),
             ("run_task", _("Can request an immediate run of a task")),
         ]
 

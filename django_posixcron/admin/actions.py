@@ -40,6 +40,7 @@ else:
 logger = logging.getLogger(__name__)
 
 PAUSE_PERMISSION = "django_posixcron.pause_task"
+RESUME_PERMISSION = "django_posixcron.resume_task"
 RUN_PERMISSION = "django_posixcron.run_task"
 
 
@@ -50,6 +51,9 @@ class TaskStateActions(TaskAdminBase):
 
     def has_pause_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         return request.user.has_perm(PAUSE_PERMISSION) and self.has_view_permission(request)
+
+    def has_resume_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        return request.user.has_perm(RESUME_PERMISSION) and self.has_view_permission(request)
 
     def has_run_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         return request.user.has_perm(RUN_PERMISSION) and self.has_view_permission(request)
@@ -105,7 +109,7 @@ class TaskStateActions(TaskAdminBase):
             )
             return gettext("Resumed.")
 
-        return self._state_view(request, object_id, self.has_pause_permission, change)
+        return self._state_view(request, object_id, self.has_resume_permission, change)
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
@@ -190,7 +194,7 @@ class TaskStateActions(TaskAdminBase):
     def pause_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
         self._set_paused(request, queryset, paused=True)
 
-    @admin.action(description=_("Resume selected tasks"), permissions=["pause"])
+    @admin.action(description=_("Resume selected tasks"), permissions=["resume"])
     def resume_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
         self._set_paused(request, queryset, paused=False)
 

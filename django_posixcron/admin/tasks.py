@@ -372,6 +372,7 @@ class TaskAdmin(Guarded, TaskStateActions):
                 else ""
             ),
             "posixcron_can_pause": obj.declared and self.has_pause_permission(request, obj),
+            "posixcron_can_resume": obj.declared and self.has_resume_permission(request, obj),
             "posixcron_can_run": obj.declared and self.has_run_permission(request, obj),
             "posixcron_pause_url": reverse(
                 "admin:{}_{}_pause".format(*info), args=[obj.pk], current_app=site

@@ -78,12 +78,17 @@ def viewer(db: None) -> User:
 
 @pytest.fixture
 def operator(db: None) -> User:
-    return _staff("operator", *VIEW, "pause_task", "run_task")
+    return _staff("operator", *VIEW, "pause_task", "resume_task", "run_task")
 
 
 @pytest.fixture
 def pauser(db: None) -> User:
     return _staff("pauser", *VIEW, "pause_task")
+
+
+@pytest.fixture
+def resumer(db: None) -> User:
+    return _staff("resumer", *VIEW, "resume_task")
 
 
 @pytest.fixture

@@ -260,7 +260,7 @@ def test_task_page_recent_runs_show_the_first_line_of_each_error(superuser):
     assert "<td>OSError: " + "x" * 110 + "…</td>" in table  # 120 characters at most
 
 
-def test_task_page_buttons_follow_permissions(superuser, viewer, pauser, runner):
+def test_task_page_buttons_follow_permissions(superuser, viewer, pauser, resumer, runner):
     task = make_task()
     html = client_for(superuser).get(change_url(task)).content.decode()
     assert 'id="posixcron-pause"' in html
@@ -275,6 +275,13 @@ def test_task_page_buttons_follow_permissions(superuser, viewer, pauser, runner)
     html = client_for(runner).get(change_url(task)).content.decode()
     assert 'id="posixcron-pause"' not in html
     assert 'id="posixcron-run"' in html
+    html = client_for(resumer).get(change_url(task)).content.decode()
+    assert 'id="posixcron-pause"' not in html
+    task.pause()
+    html = client_for(resumer).get(change_url(task)).content.decode()
+    assert 'id="posixcron-resume"' in html
+    html = client_for(pauser).get(change_url(task)).content.decode()
+    assert 'id="posixcron-resume"' not in html
 
 
 def test_paused_task_page_offers_resume(superuser):
@@ -441,6 +448,8 @@ def test_state_views_refuse_get(operator, action):
         ("runner", "pause"),
         ("runner", "resume"),
         ("pauser", "run"),
+        ("pauser", "resume"),
+        ("resumer", "pause"),
         ("bare_staff", "pause"),
         ("bare_staff", "run"),
     ],
@@ -504,12 +513,13 @@ def _actions(client: Client) -> set[str]:
     return set() if form is None else {name for name, _label in form.fields["action"].choices}
 
 
-def test_actions_offered_follow_permissions(superuser, viewer, pauser, runner, deleter):
+def test_actions_offered_follow_permissions(superuser, viewer, pauser, resumer, runner, deleter):
     assert {"pause_selected", "resume_selected", "run_selected", "delete_selected"} <= _actions(
         client_for(superuser)
     )
     assert _actions(client_for(viewer)) == set()
-    assert _actions(client_for(pauser)) == {"", "pause_selected", "resume_selected"}
+    assert _actions(client_for(pauser)) == {"", "pause_selected"}
+    assert _actions(client_for(resumer)) == {"", "resume_selected"}
     assert _actions(client_for(runner)) == {"", "run_selected"}
     assert _actions(client_for(deleter)) == {"", "delete_selected"}
 
@@ -632,6 +642,8 @@ def test_the_strip_of_runs_needs_the_run_view_permission(db, superuser):
         ("runner", "pause_selected"),
         ("runner", "resume_selected"),
         ("pauser", "run_selected"),
+        ("pauser", "resume_selected"),
+        ("resumer", "pause_selected"),
         ("viewer", "delete_selected"),
     ],
 )

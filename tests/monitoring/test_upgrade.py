@@ -275,3 +275,35 @@ def test_each_tasks_last_success_is_filled_from_the_history():
         "failing": None,
         "new": None,
     }
+
+
+def test_whoever_could_pause_keeps_resume_after_the_upgrade():
+    from django.contrib.auth.models import Group, Permission, User
+
+    before = [("django_posixcron", "0008_overdue_alert")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    try:
+        # As a database upgraded from 0008 has it: pause_task (then "pause and resume"), no
+        # resume_task yet.
+        Permission.objects.filter(codename="resume_task").delete()
+        pause = Permission.objects.get(codename="pause_task")
+        on_call = Group.objects.create(name="On call")
+        on_call.permissions.add(pause)
+        Group.objects.create(name="Viewers")
+        alice = User.objects.create_user("alice")
+        alice.user_permissions.add(pause)
+        User.objects.create_user("bob")
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+    resume = Permission.objects.get(
+        codename="resume_task", content_type__app_label="django_posixcron"
+    )
+    assert resume.name == "Can resume tasks"
+    assert [g.name for g in resume.group_set.all()] == ["On call"]
+    assert [u.username for u in resume.user_set.all()] == ["alice"]
+    assert User.objects.get(username="alice").has_perm("django_posixcron.resume_task")
+    assert not User.objects.get(username="bob").has_perm("django_posixcron.resume_task")
