@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any, cast
 
 from django.db.models import QuerySet
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -110,8 +111,12 @@ def relative(value: dt.datetime, now: dt.datetime) -> str:
             return ngettext("in %(n)d second", "in %(n)d seconds", seconds) % {"n": seconds}
         return ngettext("%(n)d second ago", "%(n)d seconds ago", seconds) % {"n": seconds}
     if value > now:
-        return gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
-    return gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}
+        phrase = "in %(delta)s"
+        with _language_of(phrase):
+            return gettext(phrase) % {"delta": timeuntil(value, now, depth=1)}
+    phrase = "%(delta)s ago"
+    with _language_of(phrase):
+        return gettext(phrase) % {"delta": timesince(value, now, depth=1)}
 
 
 def elapsed(since: dt.datetime, now: dt.datetime) -> str:
@@ -119,7 +124,23 @@ def elapsed(since: dt.datetime, now: dt.datetime) -> str:
     if now - since < dt.timedelta(minutes=1):
         seconds = max(0, int((now - since).total_seconds()))
         return ngettext("for %(n)d second", "for %(n)d seconds", seconds) % {"n": seconds}
-    return gettext("for %(elapsed)s") % {"elapsed": timesince(since, now)}
+    phrase = "for %(elapsed)s"
+    with _language_of(phrase):
+        return gettext(phrase) % {"elapsed": timesince(since, now)}
+
+
+def _language_of(phrase: str) -> translation.override | contextlib.nullcontext[None]:
+    """Render Django's "3 minutes" in the language our phrase around it is shown in.
+
+    Django translates timesince() in every language it ships; this app ships no catalogues
+    (a project can add its own through LOCALE_PATHS). Without one for the active language,
+    "%(delta)s ago" stays English around a translated delta: "3 Minuten ago". The whole phrase
+    is then English, as the rest of the app's pages are.
+    """
+    language = translation.get_language()
+    if language is None or language.startswith("en") or gettext(phrase) != phrase:
+        return contextlib.nullcontext()
+    return translation.override("en")
 
 
 def duration(delta: dt.timedelta | None) -> str:

@@ -14,9 +14,9 @@ from django.contrib.admin.models import LogEntry
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
-from django_posixcron.admin.display import relative
+from django_posixcron.admin.display import elapsed, relative
 from django_posixcron.admin.runs import CappedPaginator
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from tests.admin.conftest import client_for, make_run, make_task
@@ -243,3 +243,15 @@ def test_relative_times_under_a_minute_count_seconds():
     assert relative(now - dt.timedelta(seconds=1), now) == "1 second ago"
     assert relative(now, now) == "now"
     assert relative(now + dt.timedelta(minutes=3), now) == "in 3\xa0minutes"
+
+
+@pytest.mark.parametrize("language", ["de", "fr", "pt-br"])
+def test_relative_times_stay_in_one_language(language):
+    # The app ships no catalogues: the phrase around Django's translated "3 Minuten" would stay
+    # English ("3 Minuten ago"). Without a translation of the phrase, all of it is English.
+    now = timezone.now()
+    with translation.override(language):
+        assert relative(now - dt.timedelta(minutes=3), now) == "3\xa0minutes ago"
+        assert relative(now + dt.timedelta(hours=2), now) == "in 2\xa0hours"
+        assert elapsed(now - dt.timedelta(minutes=5), now) == "for 5\xa0minutes"
+        assert translation.get_language() == language  # and the page's language is left alone
