@@ -326,7 +326,14 @@ class Task(models.Model):
     def from_db(
         cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
     ) -> Self:
-        if kwargs or pre_init.has_listeners(cls) or post_init.has_listeners(cls):
+        # Django 6.1 passes fetch_mode=... on every QuerySet iteration: it alone keeps the
+        # fast path (set on the state as Model.from_db() sets it); any other keyword does not.
+        fetch_mode = kwargs.get("fetch_mode")
+        if (
+            kwargs.keys() - {"fetch_mode"}
+            or pre_init.has_listeners(cls)
+            or post_init.has_listeners(cls)
+        ):
             instance = super().from_db(db, field_names, values, **kwargs)
         else:
             # The instance Model.from_db() builds, without its constructor: the claim builds
@@ -338,6 +345,8 @@ class Task(models.Model):
             instance = cls.__new__(cls)
             state = instance._state = ModelState()
             state.adding, state.db = False, db
+            if fetch_mode is not None:
+                state.fetch_mode = fetch_mode
             instance.__dict__.update(zip(field_names, values, strict=True))
         # Kept as given; compared in save().
         instance._loaded = (field_names, values)

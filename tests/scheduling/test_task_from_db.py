@@ -60,3 +60,27 @@ def test_fields_not_read_are_deferred_and_loaded_on_access(initialised: list[Tas
     assert task.changed_fields() == []
     task.paused = True
     assert task.changed_fields() == ["paused"]
+
+
+def test_a_queryset_read_skips_the_constructor_on_every_django(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Django 6.1 passes fetch_mode= to from_db() on every QuerySet read: the fast path must
+    # still be taken, and the queryset's fetch mode kept on the instance as Django keeps it.
+    TaskFactory.create(name="fast", next_run_at=NOW)
+    calls: list[Task] = []
+    original = Task.__init__
+
+    def counting_init(self: Task, *args: Any, **kwargs: Any) -> None:
+        calls.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Task, "__init__", counting_init)
+
+    task = Task.objects.get(name="fast")
+
+    assert calls == []
+    assert (task._state.adding, task._state.db) == (False, "default")
+    fetch_mode = getattr(Task.objects.all(), "_fetch_mode", None)
+    if fetch_mode is not None:  # Django 6.1+
+        assert task._state.fetch_mode is fetch_mode
