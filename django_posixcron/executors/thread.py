@@ -12,6 +12,20 @@ from django_posixcron.executors.base import Declared, close_connections, refuse_
 
 logger = logging.getLogger(__name__)
 
+# The worker threads, of any pool, inside a call of task code (a run that timed out or was
+# recorded interrupted can still be in one).
+_in_call: set[threading.Thread] = set()
+_in_call_lock = threading.Lock()
+
+
+def threads_in_task_code() -> list[threading.Thread]:
+    """Return the worker threads still running a call: the process's exit should not wait
+    for them, nor tear the interpreter down under them (their connections, still open, are
+    then collected with a ResourceWarning, and their code runs on against a finalising
+    interpreter)."""
+    with _in_call_lock:
+        return [thread for thread in _in_call if thread.is_alive()]
+
 
 class ThreadExecutor:
     """Run jobs in a pool of daemon threads, at most `concurrency` at once.
@@ -172,6 +186,9 @@ class ThreadExecutor:
                     return
                 self._queued -= 1
             key, job = item
+            thread = threading.current_thread()
+            with _in_call_lock:
+                _in_call.add(thread)
             try:
                 # In a context of its own, as a new thread's: what task code sets in context
                 # variables (timezone.activate(), translation.activate() and every other
@@ -185,6 +202,8 @@ class ThreadExecutor:
                 # Each run ends with its thread's connections closed, so a long-lived
                 # scheduler never accumulates idle connections (or keeps a broken one).
                 close_connections(key)
+                with _in_call_lock:
+                    _in_call.discard(thread)
                 self._returned(key)
             with self._cond:
                 # More threads than slots: one stood in for a stuck (timed-out) call. Shrink.

@@ -93,6 +93,11 @@ def test_sigterm_during_a_long_run_marks_it_interrupted_and_exits_0(
     assert blocked.last_run_status == RunStatus.INTERRUPTED
     assert blocked.retry_at is not None  # an interrupted run counts as a failure
     assert SchedulerProcess.objects.get(pid=child.pid).stopped_at is not None
+    # The run's code still runs in its worker thread: the exit says so and does not wait for
+    # it, nor finalise the interpreter under it (its open connection was collected with a
+    # ResourceWarning, an "Exception ignored" traceback after "scheduler stopped").
+    assert "exiting without waiting for 1 thread(s) task code left running" in child.output()
+    assert "Exception ignored" not in child.output()
 
 
 # -- kill -9 between claim and commit ------------------------------------------------------

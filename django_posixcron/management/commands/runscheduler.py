@@ -24,6 +24,7 @@ from django_posixcron.db import (
     with_connection_timeouts,
 )
 from django_posixcron.executors.base import exit_without_waiting
+from django_posixcron.executors.thread import threads_in_task_code
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -392,7 +393,9 @@ def _not_ours(scheduler: Any, name: str, schedule: str, stored_hash: str) -> str
 
 
 def _threads_left_running() -> list[threading.Thread]:
-    """The non-daemon threads still running besides the main one: task code's (the
-    scheduler's own have ended, or are daemons)."""
+    """The threads task code still runs in: the non-daemon ones besides the main one (the
+    scheduler's own have ended, or are daemons), and the executor's workers still inside a
+    call (a run recorded interrupted or timed out whose code has not returned)."""
     main = threading.main_thread()
-    return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+    left = [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+    return left + [t for t in threads_in_task_code() if t not in left]
