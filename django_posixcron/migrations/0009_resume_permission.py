@@ -11,7 +11,7 @@ from django.apps import apps as global_apps
 from django.conf import settings
 from django.contrib.auth.management import create_permissions
 from django.core.exceptions import FieldDoesNotExist
-from django.db import migrations
+from django.db import migrations, router
 
 
 def grant_resume_to_pausers(apps, schema_editor):
@@ -21,6 +21,8 @@ def grant_resume_to_pausers(apps, schema_editor):
         Group = apps.get_model("auth", "Group")
     except LookupError:
         return  # django.contrib.auth is not installed (or not migrated yet): nobody to grant
+    if not router.allow_migrate_model(alias, Permission):
+        return  # the routers keep auth's tables on another database
     # Permissions are created after `migrate`, by post_migrate; the grant needs the row now.
     # create_permissions() honours the routers and creates only what is missing.
     create_permissions(
