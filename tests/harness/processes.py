@@ -121,7 +121,8 @@ class Child:
         return self.popen.poll() is None
 
     def output(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         return self.log.read_text(errors="replace")
 
     def signal(self, signum: int) -> None:
@@ -320,6 +321,11 @@ def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
         yield harness
     finally:
         harness.close()
+    # What a child's interpreter reports while it shuts down (a ResourceWarning, which the
+    # children's PYTHONWARNINGS=error makes an error, raised in a __del__) cannot fail the
+    # child: Python prints "Exception ignored" and exits with the status it had. Look for it.
+    ignored = [c.label for c in harness.children if "Exception ignored" in c.output()]
+    assert not ignored, f"{ignored} reported an ignored exception:\n{harness.outputs()}"
 
 
 def running(pid: int) -> bool:
