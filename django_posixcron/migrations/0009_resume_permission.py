@@ -38,6 +38,9 @@ def grant_resume_to_pausers(apps, schema_editor):
     pause, resume = found.get("pause_task"), found.get("resume_task")
     if pause is None or resume is None:
         return  # a fresh database, or auth routed elsewhere: nothing was granted before
+    # create_permissions() leaves an existing row's name alone: the admin would go on showing
+    # "Can pause and resume tasks" beside the new permission.
+    Permission.objects.using(alias).filter(pk=pause.pk).update(name="Can pause tasks")
     through = Group.permissions.through
     through.objects.using(alias).bulk_create(
         [

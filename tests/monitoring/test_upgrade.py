@@ -288,6 +288,8 @@ def test_whoever_could_pause_keeps_resume_after_the_upgrade():
         # resume_task yet.
         Permission.objects.filter(codename="resume_task").delete()
         pause = Permission.objects.get(codename="pause_task")
+        pause.name = "Can pause and resume tasks"
+        pause.save()
         on_call = Group.objects.create(name="On call")
         on_call.permissions.add(pause)
         Group.objects.create(name="Viewers")
@@ -303,6 +305,7 @@ def test_whoever_could_pause_keeps_resume_after_the_upgrade():
         codename="resume_task", content_type__app_label="django_posixcron"
     )
     assert resume.name == "Can resume tasks"
+    assert Permission.objects.get(codename="pause_task").name == "Can pause tasks"
     assert [g.name for g in resume.group_set.all()] == ["On call"]
     assert [u.username for u in resume.user_set.all()] == ["alice"]
     assert User.objects.get(username="alice").has_perm("django_posixcron.resume_task")
