@@ -8,11 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from tests.harness.processes import ROOT, only_on
-
-pytestmark = pytest.mark.django_db
 
 
 def test_migrating_the_app_on_its_own_alias_leaves_auth_alone(tmp_path: Path) -> None:
