@@ -89,6 +89,13 @@ def outage(exc: BaseException) -> bool:
     return not (exc.args and exc.args[0] in _MYSQL_VALUE_REFUSED)
 
 
+def one_line(exc: BaseException) -> str:
+    """The error's text on one line: the driver's own runs over several ("Connection refused"
+    then "Is the server running..."), and a probe or a log reads one line per error."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
 def app_alias(override: str | None = None) -> str:
     """Return the alias the app's rows live on: `override`, else the routers' choice.
 
@@ -344,6 +351,19 @@ def own_connection(using: str) -> Callable[[], None]:
 
 def _nothing() -> None:
     pass
+
+
+def close_outside_transactions() -> None:
+    """Close this thread's connections, except those inside a transaction of the caller's.
+
+    ``connections.close_all()`` closes those too: a scheduler run from code inside
+    ``atomic()`` (``call_command("runscheduler", "--once")`` in a ``TestCase``) ended the
+    caller's transaction with it, and every query after it failed with "the connection is
+    closed".
+    """
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 # How long the server keeps a transaction of the scheduler's own threads (the loop, the

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 try:
     from health_check.base import HealthCheck
@@ -23,7 +23,7 @@ except ImportError as error:  # pragma: no cover - exercised without the extra o
     ) from error
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now
+from django_posixcron.db import app_alias, close_outside_transactions, database_now
 from django_posixcron.management.commands.schedulerstatus import collect
 from django_posixcron.scheduling.rules import stale_after
 
@@ -56,7 +56,8 @@ class SchedulerHealthCheck(HealthCheck):  # type: ignore[misc]
             raise ServiceUnavailable(str(error)) from error
         finally:
             # Run in a thread of the view's executor: its connection must not outlive the probe.
-            connections.close_all()
+            # Called directly (a project's TestCase), not one inside the caller's transaction.
+            close_outside_transactions()
         self.failing = [task.name for task in status.failing]
         if status.problems:
             raise ServiceUnavailable("; ".join(status.problems))

@@ -33,7 +33,14 @@ from django.dispatch import receiver
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.context import RunContext
-from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock, own_connection
+from django_posixcron.db import (
+    DatabaseNow,
+    app_alias,
+    database_now,
+    has_clock,
+    one_line,
+    own_connection,
+)
 from django_posixcron.declarations import TaskDeclaration, collect, describe_problems
 from django_posixcron.declarations.problems import Problem
 from django_posixcron.executors.base import describe_exception, refuse_unrun
@@ -309,7 +316,7 @@ def _record(
                 "in %.1f s",
                 run.pk,
                 run.task.name,
-                str(exc).strip() or type(exc).__name__,
+                one_line(exc),
                 delay,
                 extra={"action": "db_error", "task": run.task.name, "run_id": run.pk},
             )
@@ -375,8 +382,12 @@ class RunHeartbeat:
             logger.error(
                 "heartbeat of run %s failed, retrying: %s",
                 self.run.pk,
-                str(exc).strip() or type(exc).__name__,
-                extra={"action": "heartbeat_error", "run_id": self.run.pk},
+                one_line(exc),
+                extra={
+                    "action": "heartbeat_error",
+                    "task": self.run.task.name,
+                    "run_id": self.run.pk,
+                },
             )
             close_old_connections()
             connections[self.using].close()
@@ -396,5 +407,5 @@ class RunHeartbeat:
                 "could not record the timeout of run %s; its outcome will be recorded when it "
                 "returns",
                 self.run.pk,
-                extra={"action": "db_error", "run_id": self.run.pk},
+                extra={"action": "db_error", "task": self.run.task.name, "run_id": self.run.pk},
             )

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_posixcron import __version__
-from django_posixcron.db import DatabaseNow, database_now, has_clock, own_connection
+from django_posixcron.db import DatabaseNow, database_now, has_clock, one_line, own_connection
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
@@ -172,7 +172,7 @@ class Heartbeat(Periodic):
             logger.error(
                 "heartbeat failed, retrying every %.0f s: %s",
                 self.every,
-                str(exc).strip() or type(exc).__name__,
+                one_line(exc),
                 extra={"action": "heartbeat_error"},
             )
         self._failing = True

@@ -29,11 +29,13 @@ from django.utils import timezone as dj_timezone
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     app_alias,
+    close_outside_transactions,
     conflict,
     database_now,
     fast_timestamps,
     has_clock,
     lock_not_granted,
+    one_line,
     outage,
     own_connection,
 )
@@ -112,7 +114,7 @@ class Outage:
                     "(attempt %d), retrying in %.1f s: %s",
                     self.failures,
                     delay,
-                    str(exc).strip() or type(exc).__name__,
+                    one_line(exc),
                     extra={"action": "db_lock_timeout" if granted else "db_conflict"},
                 )
             return delay
@@ -130,7 +132,7 @@ class Outage:
                 "database unavailable (attempt %d), retrying in %.1f s: %s",
                 self.failures,
                 delay,
-                str(exc).strip() or type(exc).__name__,
+                one_line(exc),
                 exc_info=exc if exc_info else None,
                 extra={"action": "db_error"},
             )
@@ -702,8 +704,10 @@ class Scheduler:
                 self.stopped.set()
                 self.watchdog.stop()
                 self.signals.restore()
-                # This thread's connection would otherwise outlive the loop it served.
-                connections.close_all()
+                # This thread's connections would otherwise outlive the loop it served; not
+                # one inside a transaction of the caller's (a test case's, a command called
+                # from code in atomic()): closed, it took that transaction with it.
+                close_outside_transactions()
                 give_back()
 
     def _safe_tick(self, *, recycle: bool = True) -> float:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from django_posixcron.db import own_connection
+from django_posixcron.db import one_line, own_connection
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
@@ -263,7 +263,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                 logger.error(
                     "could not record the shutdown yet (%s); %d outcome(s) waiting, trying "
                     "again in %.1f s",
-                    str(exc).strip() or type(exc).__name__,
+                    one_line(exc),
                     runs.unrecorded,
                     delay,
                     extra={"action": "shutdown_db_error"},
@@ -287,7 +287,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
         except DatabaseError as exc:
             logger.error(
                 "could not give the alerts not sent back to the other schedulers: %s",
-                str(exc).strip() or type(exc).__name__,
+                one_line(exc),
                 extra={"action": "shutdown_db_error"},
             )
     scheduler.executor.close()
@@ -313,7 +313,7 @@ def _unrecorded(exc: BaseException, count: int) -> None:
     logger.error(
         "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
         "schedulers will mark the runs lost",
-        exc,
+        one_line(exc),
         count,
         extra={"action": "shutdown_db_error"},
     )

@@ -147,6 +147,16 @@ def test_once_fires_everything_due_even_with_fewer_slots_than_tasks(posixcron):
     assert sorted(Hit.objects.values_list("task_name", flat=True)) == names
 
 
+def test_once_prints_nothing_at_verbosity_0(posixcron):
+    # System cron mails whatever a command prints: with --once every minute, the start-up
+    # summary and the "Ran" line were a mail a minute, and -v 0 (Django's "minimal output")
+    # did not stop them.
+    posixcron(EVERY_MINUTE)
+
+    assert run("--once", "--verbosity", "0") == ""
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
 def test_once_leaves_what_fell_due_after_its_first_tick_to_the_next_invocation(posixcron):
     # One slot, two tasks due: the second is claimed when the first's run ends. The first
     # asks for a run of a third task meanwhile; due after the first tick, it is the next
@@ -230,7 +240,7 @@ def test_the_start_up_summary_lists_the_first_hundred_tasks_then_how_many_more(p
         }
     )
     # Not at the real time: in the minute 03:00 UTC a task created then fires at once.
-    reconcile(now=dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC))
+    reconcile(now=dt.datetime(2086, 1, 7, 10, 0, tzinfo=dt.UTC))
     Task.objects.filter(name="task-001").update(paused=True)
     # Back after downtime: its due time is behind, and it fires now, not "next" at a past time.
     behind = dt.datetime(2020, 1, 1, 3, 0, 0, 250_000, tzinfo=dt.UTC)
@@ -307,14 +317,14 @@ def test_the_start_up_summary_marks_what_another_deploy_declares(posixcron):
         }
     )
     # Not at the real time: in the minute 03:00 UTC a task created then fires at once.
-    reconcile(now=dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC))
+    reconcile(now=dt.datetime(2086, 1, 7, 10, 0, tzinfo=dt.UTC))
     scheduler = Scheduler(grace=0)
     scheduler.start()
     # What the other release wrote: its definitions, and a task of its own.
     Task.objects.filter(name="rescheduled").update(schedule="0 4 * * *", definition_hash="f" * 64)
     Task.objects.filter(name="new-kwargs").update(definition_hash="e" * 64)
     TaskFactory.create(
-        name="theirs", schedule="0 5 * * *", next_run_at=dt.datetime(2030, 1, 7, 5, tzinfo=dt.UTC)
+        name="theirs", schedule="0 5 * * *", next_run_at=dt.datetime(2086, 1, 7, 5, tzinfo=dt.UTC)
     )
     out = io.StringIO()
     Command(stdout=out)._summary(scheduler, "the database")
@@ -342,14 +352,14 @@ def test_the_start_up_summary_survives_a_stored_zone_this_host_cannot_load(posix
     posixcron({"elsewhere": {"schedule": "0 3 * * *", "callable": "tests.testapp.jobs.noop"}})
     reconcile()
     # Stored by a process whose zone files name a zone this host's lack.
-    due = dt.datetime(2030, 1, 7, 3, 0, tzinfo=dt.UTC)
+    due = dt.datetime(2086, 1, 7, 3, 0, tzinfo=dt.UTC)
     Task.objects.update(timezone=zone, next_run_at=due, due_at=due)
     scheduler = Scheduler(grace=0)
     scheduler.start()
     out = io.StringIO()
     Command(stdout=out)._summary(scheduler, "the database")
     scheduler.shutdown()
-    assert f"  elsewhere: 0 3 * * * -> next 2030-01-07T03:00:00+00:00 ({zone})" in out.getvalue()
+    assert f"  elsewhere: 0 3 * * * -> next 2086-01-07T03:00:00+00:00 ({zone})" in out.getvalue()
 
 
 def test_the_schedulers_connections_get_timeouts_the_project_did_not_set(posixcron):
@@ -400,3 +410,60 @@ def test_a_value_the_database_refuses_at_start_up_is_an_error_not_an_outage(posi
         pytest.raises(CommandError, match=r"The database refused the start-up: .*1366"),
     ):
         run("--once")
+
+
+@pytest.mark.django_db  # inside a transaction, as a project's TestCase runs its tests
+def test_it_refuses_to_run_tasks_inside_a_callers_transaction(posixcron):
+    # Task code runs on threads with connections of their own: inside a TestCase its writes
+    # failed on SQLite ("database table is locked", the run recorded failed, exit 0) and
+    # committed outside the test elsewhere, leaking into the next tests.
+    posixcron({"noop": {"schedule": "0 4 * * *", "callable": "tests.testapp.jobs.noop"}})
+    with pytest.raises(CommandError, match="inside a transaction on the database 'default'") as e:
+        run("--once")
+    assert "TransactionTestCase" in str(e.value)
+    assert "django_db(transaction=True)" in str(e.value)
+    assert not SchedulerProcess.objects.exists()
+    assert connection.in_atomic_block  # the test's transaction goes on
+    assert not Task.objects.exists()
+
+
+@pytest.mark.django_db
+def test_check_works_inside_a_callers_transaction(posixcron):
+    posixcron({"noop": {"schedule": "0 4 * * *", "callable": "tests.testapp.jobs.noop"}})
+    with pytest.raises(CommandError, match="differs from settings"):
+        run("--check")
+    assert connection.in_atomic_block
+
+
+def test_a_test_database_made_without_migrations_is_not_refused(posixcron):
+    # DATABASES["default"]["TEST"]["MIGRATE"] = False: Django's test runner makes the tables
+    # from the models and records no migration. runscheduler --once in such a project's
+    # TransactionTestCase was refused with "run `manage.py migrate` first".
+    from django.db.migrations.recorder import MigrationRecorder
+
+    posixcron({"noop": {"schedule": "0 4 * * *", "callable": "tests.testapp.jobs.noop"}})
+    recorder = MigrationRecorder(connection)
+    ours = [key for key in recorder.applied_migrations() if key[0] == "django_posixcron"]
+    test_settings = connection.settings_dict.setdefault("TEST", {})
+    saved = dict(test_settings)
+    for app, name in ours:
+        recorder.record_unapplied(app, name)
+    try:
+        with pytest.raises(CommandError, match="lacks django_posixcron migrations"):
+            run("--once")  # a real database that lacks them is still refused
+        test_settings["MIGRATE"] = False
+        assert "Ran 0 task(s)" in run("--once")
+        assert Task.objects.filter(name="noop").exists()
+        out = io.StringIO()
+        with pytest.raises(CommandError, match="no live scheduler"):  # --once has ended
+            call_command("schedulerstatus", "--json", stdout=out, stderr=io.StringIO())
+        assert "migrations" not in out.getvalue()
+        # A database that records some of them is partly migrated, whatever TEST says.
+        recorder.record_applied(*ours[0])
+        with pytest.raises(CommandError, match="lacks django_posixcron migrations"):
+            run("--once")
+    finally:
+        test_settings.clear()
+        test_settings.update(saved)
+        for app, name in ours:
+            recorder.record_applied(app, name)

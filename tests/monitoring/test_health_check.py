@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from django_posixcron.models import RunStatus
+from django_posixcron.models import RunStatus, Task
 from tests.factories import SchedulerProcessFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,3 +50,19 @@ def test_a_failing_task_is_reported_but_healthy():
     status, html = probe("html")
     assert status == 200
     assert "failing, not judged unhealthy: also-broken, broken" in html
+
+
+def test_a_probe_run_inside_a_callers_transaction_leaves_it_open():
+    # A project's TestCase calling the check directly: closing every connection of the
+    # thread after the probe took the test's transaction with it ("the connection is closed").
+    from django.db import connection, transaction
+    from health_check.exceptions import ServiceUnavailable
+
+    from django_posixcron.contrib.health_check import SchedulerHealthCheck
+
+    with transaction.atomic():
+        TaskFactory.create(name="made-by-the-test")
+        with pytest.raises(ServiceUnavailable, match="no live scheduler"):
+            SchedulerHealthCheck().run()
+        assert connection.in_atomic_block
+        assert Task.objects.filter(name="made-by-the-test").exists()

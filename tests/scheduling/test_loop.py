@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -172,6 +172,26 @@ def test_an_unreachable_database_backs_off_then_resumes(
     assert actions[:3] == ["db_error"] * 3
     assert "db_recovered" in actions
     assert Run.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_a_database_error_over_several_lines_is_logged_on_one(make_scheduler, caplog):
+    # psycopg's "Connection refused" comes with its hint on a line of its own: a log
+    # collector that reads a record a line took the hint for a record of its own, with no
+    # level, no logger and no action.
+    scheduler = make_scheduler()
+    refused = OperationalError(
+        'connection to server at "127.0.0.1", port 9 failed: Connection refused\n'
+        "\tIs the server running on that host and accepting TCP/IP connections?\n"
+    )
+    with caplog.at_level(logging.ERROR, logger="django_posixcron.scheduler"):
+        scheduler._back_off(refused)
+
+    (record,) = [r for r in caplog.records if getattr(r, "action", "") == "db_error"]
+    assert record.getMessage() == (
+        "database unavailable (attempt 1), retrying in 0.5 s: connection to server at "
+        '"127.0.0.1", port 9 failed: Connection refused; Is the server running on that host '
+        "and accepting TCP/IP connections?"
+    )
 
 
 def test_back_off_is_capped(make_scheduler):
@@ -566,3 +586,16 @@ def test_the_stop_deadline_does_not_cut_off_an_outcome_write_in_progress(
         assert "overran its 0.3 s grace period" in forced[0]
     else:
         assert "stop was stuck" in forced[0]
+
+
+def test_run_once_inside_a_callers_transaction_leaves_it_open(tasks, make_scheduler):
+    # Scheduler.run_once() called from code inside atomic() (a project's TestCase drives it
+    # so): closing every connection of the thread at the end took the caller's transaction
+    # with it, and the caller's next query failed with "the connection is closed".
+    tasks("later", next_run_at=T0 + dt.timedelta(days=3650))
+    with transaction.atomic():
+        Hit.objects.create(task_name="before")
+        make_scheduler().run_once()
+        assert connection.in_atomic_block
+        assert Hit.objects.filter(task_name="before").exists()
+    assert Hit.objects.filter(task_name="before").exists()

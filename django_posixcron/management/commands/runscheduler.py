@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     bound_idle_transactions,
     database_now,
+    one_line,
     outage,
     own_connection,
     with_connection_timeouts,
@@ -31,7 +32,6 @@ from django_posixcron.management.common import (
     check_migrated,
     command_alias,
     non_negative_float,
-    one_line,
     poll_interval,
     positive_int,
 )
@@ -86,6 +86,27 @@ def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: flo
         )
 
 
+def refuse_inside_a_transaction(using: str) -> None:
+    """Refuse to run tasks from inside a transaction of the caller's (a TestCase's).
+
+    Task code runs on the executor's threads (or child processes), each on a connection of
+    its own, which can neither see nor join the caller's transaction: on SQLite its writes
+    failed with "database table is locked" (the run recorded failed, the command exiting 0);
+    on PostgreSQL and MariaDB they committed outside the test and leaked into the next
+    tests, the rows the test had made were invisible to it, and a task touching a row the
+    claim had locked waited for the test, which waited for the task.
+    """
+    if connections[using].in_atomic_block:
+        raise CommandError(
+            f"runscheduler was called inside a transaction on the database {using!r} (a "
+            "TestCase, or transaction.atomic()). Task code runs on the scheduler's own "
+            "threads and connections, which cannot see or join that transaction. Call it "
+            "from a TransactionTestCase (pytest-django: "
+            "@pytest.mark.django_db(transaction=True)), or test the task by calling its "
+            'function directly; see "Testing your project" in the documentation.'
+        )
+
+
 class Command(BaseCommand):
     help = (
         "Run the scheduled tasks declared in settings.POSIXCRON: check them, reconcile them "
@@ -93,6 +114,8 @@ class Command(BaseCommand):
     )
     # The checks run in handle(), so that call_command() refuses bad settings too.
     requires_system_checks: list[str] = []
+    # --verbosity: 0 prints neither the start-up summary nor --once's "Ran" line.
+    verbosity = 1
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -188,6 +211,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django_posixcron.declarations.top_level import collected_once
 
+        self.verbosity = options["verbosity"]
         # Refuse to start on any error (a SystemCheckError exits non-zero). Without the
         # database: Django 6.1 otherwise asks every connection for its features here (a query
         # on SQLite and MySQL), and a database that is down must be waited for below, not end
@@ -200,6 +224,8 @@ class Command(BaseCommand):
             check_frequency(declarations, options["poll_interval"])
 
         using = command_alias(options["database"])
+        if not options["check"]:
+            refuse_inside_a_transaction(using)
         if options["database"] and using != command_alias(None):
             # The checks above judged the routers' alias; this process uses another.
             self._warn_sqlite_deferred(using)
@@ -312,9 +338,11 @@ class Command(BaseCommand):
         except (OperationalError, InterfaceError) as exc:
             raise CommandError(f"The database became unavailable: {one_line(exc)}") from None
         queued = f", handed off {len(result.queued)} to workers" if result.queued else ""
-        self.stdout.write(
-            f"Ran {len(result.started)} task(s){queued}, skipped {len(result.skipped)}; exiting."
-        )
+        if self.verbosity:
+            self.stdout.write(
+                f"Ran {len(result.started)} task(s){queued}, skipped {len(result.skipped)}; "
+                "exiting."
+            )
         if scheduler.unrecorded:
             raise CommandError(
                 f"{scheduler.unrecorded} run outcome(s) could not be recorded (the database "
@@ -324,6 +352,10 @@ class Command(BaseCommand):
 
     def _summary(self, scheduler: Any, database: str) -> None:
         assert scheduler.process is not None
+        if not self.verbosity:
+            # -v 0, Django's "minimal output": from system cron, whatever is printed is
+            # mailed, a summary every minute. What goes wrong is still said (stderr, logs).
+            return
         self.stdout.write(
             f"django-posixcron scheduler {socket.gethostname()}:{os.getpid()} on {database}; "
             f"poll every {scheduler.poll_interval:g} s, {scheduler.concurrency} at once, "

@@ -14,14 +14,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now, with_connection_timeouts
+from django_posixcron.db import app_alias, database_now, one_line, with_connection_timeouts
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
     check_migrated,
     command_alias,
     max_lag,
-    one_line,
 )
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, earliest
 from django_posixcron.scheduling.rules import retry_replaced, stale_after
