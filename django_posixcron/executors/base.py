@@ -113,11 +113,28 @@ def close_connections(key: int) -> None:
     rolled back with its close and forgotten, so that the next run opens a new one. A run
     that turned autocommit off and did not commit loses its writes the same way, and is
     told so too.
+
+    A connection whose close fails (its driver's connection already closed by the run, on
+    MySQL) is forgotten all the same, with a warning: the error never reaches the worker, whose
+    slot would otherwise stay taken for good.
     """
     for conn in connections.all(initialized_only=True):
         left_open = conn.in_atomic_block
-        autocommit_off = not left_open and _uncommitted(conn)
-        conn.close()
+        autocommit_off = close_failed = False
+        try:
+            autocommit_off = not left_open and _uncommitted(conn)
+            conn.close()
+        except Exception as exc:
+            close_failed = True
+            logger.warning(
+                "closing the connection to database %r after run %s failed (%s: %s); "
+                "it is dropped, and the thread's next run opens a new one",
+                conn.alias,
+                key,
+                type(exc).__name__,
+                exc,
+                extra={"action": "connection_close_failed", "run_id": key},
+            )
         if left_open or autocommit_off:
             how = (
                 "an atomic block it never exited"
@@ -132,9 +149,9 @@ def close_connections(key: int) -> None:
                 how,
                 extra={"action": "transaction_left_open", "run_id": key},
             )
-        if left_open:
-            # Out of the block it never left; connect() resets the rest of the transaction
-            # state when the next run asks for a connection.
+        if left_open or close_failed:
+            # Out of the block it never left, whatever state a failed close left; connect()
+            # resets the rest of the transaction state when the next run asks for one.
             conn.in_atomic_block = False
             conn.closed_in_transaction = False
             conn.connection = None

@@ -11,6 +11,7 @@ unnoticed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -275,10 +276,9 @@ def _run(
     try:
         if settings_module:
             os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
-        import django
         from django.utils.module_loading import import_string
 
-        django.setup()
+        _set_up_django()
         refuse_unrun(import_string(callable_path)(*args, **kwargs))
         message: tuple[str, ...] = ("ok",)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too
@@ -287,6 +287,26 @@ def _run(
         close_connections(key)
     results.send(message)
     results.close()
+
+
+def _set_up_django() -> None:
+    """Set Django up with this package's loggers enabled, as in the scheduler's process.
+
+    This process imported the executors, and so made their loggers, before settings configured
+    logging; the scheduler's process makes them after. A LOGGING with disable_existing_loggers
+    True (dictConfig's own default) disabled them here only: what close_connections() logs of
+    a run (transaction_left_open, connection_close_failed) was lost without a word.
+    """
+    import django
+
+    early = [
+        logger
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.partition(".")[0] == "django_posixcron"
+    ]
+    django.setup()
+    for logger in early:
+        logger.disabled = False
 
 
 def _exit_after_run() -> NoReturn:

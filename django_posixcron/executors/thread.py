@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import queue
@@ -146,7 +147,15 @@ class ThreadExecutor:
             self._wakeup()
 
     def _note_saturation(self) -> None:
-        """Log once when stuck calls start to keep slots from new runs, and once when not."""
+        """Log once when stuck calls start to keep slots from new runs, and once when not.
+
+        Called with the pool's lock held, from a worker thread giving its slot back: a logging
+        handler that raises must take neither the thread nor the slot's release with it.
+        """
+        with contextlib.suppress(Exception):
+            self._log_saturation()
+
+    def _log_saturation(self) -> None:
         stuck = len(self._calls - self._busy)
         if stuck > self.concurrency and not self._saturation_logged:
             self._saturation_logged = True
@@ -196,15 +205,20 @@ class ThreadExecutor:
                 contextvars.Context().run(job)
             except BaseException:
                 # The job records its own outcome; anything reaching here is a bug in it, and
-                # a worker thread must never take the process down.
-                logger.exception("run job crashed", extra={"action": "executor_error"})
+                # a worker thread must never take the process down, nor end: a logging
+                # handler that raises here too would take the thread, and its slot with it.
+                with contextlib.suppress(Exception):
+                    logger.exception("run job crashed", extra={"action": "executor_error"})
             finally:
-                # Each run ends with its thread's connections closed, so a long-lived
-                # scheduler never accumulates idle connections (or keeps a broken one).
-                close_connections(key)
-                with _in_call_lock:
-                    _in_call.discard(thread)
-                self._returned(key)
+                try:
+                    # Each run ends with its thread's connections closed, so a long-lived
+                    # scheduler never accumulates idle connections (or keeps a broken one).
+                    close_connections(key)
+                finally:
+                    # Whatever the close did, the slot comes back.
+                    with _in_call_lock:
+                        _in_call.discard(thread)
+                    self._returned(key)
             with self._cond:
                 # More threads than slots: one stood in for a stuck (timed-out) call. Shrink.
                 if self._threads > self.concurrency or self._closed:

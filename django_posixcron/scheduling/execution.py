@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_posixcron.context import RunContext
-from django_posixcron.db import outage
+from django_posixcron.db import one_line, outage
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling import rules
@@ -166,26 +166,30 @@ class Runs:
     def _execute(self, inflight: InFlight) -> None:
         """Run one task in the executor's thread and queue its outcome."""
         run = inflight.run
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "run started task=%s trigger=%s scheduled_for=%s run=%s",
-                run.task.name,
-                run.trigger,
-                run.scheduled_for.isoformat(),
-                run.pk,
-                extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
-            )
-        # Off this thread, as run_finished: a slow receiver must delay neither the run (its
-        # timeout counts from the claim) nor anything else. One queue keeps them in order.
-        if run_started.has_listeners():
-            # A copy: the outcome may be written on the run before the receiver sees it.
-            self.notifier.send(run_started, run=copy.copy(run))
-        with self.lock:
-            # Timed out or interrupted before its code started: it never starts ("no run keeps
-            # executing after the run is recorded as ended").
-            ended = self.inflight.get(run.pk) is not inflight or inflight.ending is not None
         status, error, tb = RunStatus.SUCCEEDED, "", ""
+        # Everything from here on is in the try, the log line too: a logging handler that
+        # raises (instead of calling handleError()) ended this thread with the run `running`
+        # under a live heartbeat, never lost nor retried, and its task skipped from then on.
         try:
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "run started task=%s trigger=%s scheduled_for=%s run=%s",
+                    run.task.name,
+                    run.trigger,
+                    run.scheduled_for.isoformat(),
+                    run.pk,
+                    extra={"action": "run_started", "task": run.task.name, "run_id": run.pk},
+                )
+            # Off this thread, as run_finished: a slow receiver must delay neither the run
+            # (its timeout counts from the claim) nor anything else. One queue keeps them in
+            # order.
+            if run_started.has_listeners():
+                # A copy: the outcome may be written on the run before the receiver sees it.
+                self.notifier.send(run_started, run=copy.copy(run))
+            with self.lock:
+                # Timed out or interrupted before its code started: it never starts ("no run
+                # keeps executing after the run is recorded as ended").
+                ended = self.inflight.get(run.pk) is not inflight or inflight.ending is not None
             if ended:
                 raise TaskCodeError("Stopped before its code started.", "")
             # What runs is always resolved from settings, never from the stored path.
@@ -320,7 +324,9 @@ class Runs:
                     self.check_timeouts(now(), self.executor.stops_on_timeout)
                 except DatabaseError as exc:
                     logger.error(
-                        "could not record a timeout: %s", exc, extra={"action": "db_error"}
+                        "could not record a timeout: %s",
+                        one_line(exc),
+                        extra={"action": "db_error"},
                     )
                 idle = self.executor.wait_idle(0)
             if idle:
@@ -346,7 +352,7 @@ class Runs:
             logger.error(
                 "could not record %d outcome(s) yet, database unavailable: %s",
                 self.unrecorded,
-                exc,
+                one_line(exc),
                 extra={"action": "db_error"},
             )
             with contextlib.suppress(Exception):
@@ -529,7 +535,11 @@ class Runs:
             outcome.run.task.name,
             outcome.status,
             describe_exception(refused) if refused is not None else "",
-            extra={"action": "outcome_dropped", "run_id": outcome.run.pk},
+            extra={
+                "action": "outcome_dropped",
+                "task": outcome.run.task.name,
+                "run_id": outcome.run.pk,
+            },
         )
 
     @staticmethod

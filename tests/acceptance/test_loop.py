@@ -202,7 +202,7 @@ def test_a_manual_request_fires_as_manual_at_the_next_tick(world):
     assert world.tick(requested - SECOND).claimed == []
     world.tick(requested + SECOND)
     assert runs("yearly") == [("manual", "succeeded", requested)]
-    assert task("yearly").due_at == dt.datetime(2031, 1, 1, tzinfo=dt.UTC)
+    assert task("yearly").due_at == dt.datetime(2087, 1, 1, tzinfo=dt.UTC)
     assert world.tick(requested + MINUTE).claimed == []
 
 
@@ -400,6 +400,27 @@ def test_an_emoji_a_utf8mb3_column_refuses_is_recorded_escaped(world, utf8mb3_er
     assert [r[1] for r in runs("emoji")] == ["failed", "failed"]
 
 
+def test_an_outcome_the_database_never_takes_is_logged_with_its_run_and_task(
+    world, monkeypatch, caplog
+):
+    # The one line saying a run's outcome is gone carried the run's id but not its task, which
+    # every other record about a run carries for a log collector to group by.
+    from django_posixcron.scheduling import execution
+
+    world.settings({"fine": record("fine", "0 * * * *")})
+    scheduler = world.start(T0)
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(execution, "write_outcomes", refuse)
+    world.tick(T0)
+    monkeypatch.undo()
+    (dropped,) = [r for r in caplog.records if getattr(r, "action", "") == "outcome_dropped"]
+    assert (dropped.task, dropped.run_id) == ("fine", Run.objects.get().pk)
+    scheduler.shutdown()  # the run is still `running`: the shutdown records it interrupted
+
+
 def test_an_emoji_in_an_error_message_is_kept_where_the_column_stores_it(world):
     if connection.vendor == "mysql" and "utf8mb4" not in connection.settings_dict.get(
         "OPTIONS", {}
@@ -450,6 +471,30 @@ def test_a_run_that_leaves_autocommit_off_is_told_its_writes_were_rolled_back(wo
         "left a transaction open on database 'default' (autocommit turned off and no commit)"
         in caplog.text
     )
+
+
+def test_a_run_that_closes_the_driver_connection_keeps_its_slot_working(world, caplog):
+    # MySQL's close of a connection the run had already closed raises: it went up through the
+    # worker thread's cleanup, the thread died and its slot was never given back, so with one
+    # slot the scheduler never ran anything again.
+    world.settings(
+        {
+            "closer": job("closer", "close_driver_connection"),
+            "fine": record("fine", "0 * * * *"),
+        },
+        CONCURRENCY=1,
+    )
+    world.start(T0)
+    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
+        for hour in (T0, T0 + HOUR):
+            world.tick(hour)  # one slot: one of the two runs
+            world.tick(hour + SECOND)  # then the other, on the same thread
+    assert [r[1] for r in runs("closer")] == ["succeeded", "succeeded"]
+    assert [r[1] for r in runs("fine")] == ["succeeded", "succeeded"]
+    assert hits("closer") == hits("fine") == 2
+    if connection.vendor == "mysql":
+        assert "closing the connection to database 'default' after run" in caplog.text
+    assert "left a transaction open" not in caplog.text
 
 
 def test_a_run_that_committed_with_autocommit_off_lost_nothing_and_is_not_warned(world, caplog):

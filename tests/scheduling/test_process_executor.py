@@ -149,6 +149,38 @@ def test_a_run_that_leaves_a_transaction_open_in_its_process_is_told_so(
     assert f"left a transaction open on database 'default' ({how})" in capfd.readouterr().err
 
 
+def test_a_run_that_leaves_a_transaction_open_is_told_so_under_a_root_only_logging(
+    tasks, make_scheduler, capfd, monkeypatch
+):
+    # The run's process imports the executors before django.setup() configures logging: a
+    # LOGGING with disable_existing_loggers=True disabled their loggers there, and the warning
+    # was lost, where the scheduler's own process (which imports them after) logs it.
+    monkeypatch.setenv("DATABASE_URL", child_database_url())
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.harness.root_logging_settings")
+    tasks(callable_path="tests.testapp.jobs.leave_atomic_open", kwargs={"task_name": "open"})
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert "left a transaction open on database 'default'" in capfd.readouterr().err
+
+
+def test_a_run_whose_connection_close_fails_in_its_process_still_reports_success(
+    tasks, make_scheduler, capfd, monkeypatch
+):
+    # The failed close (MySQL) went up through the run's process before it reported: a run
+    # that had succeeded was recorded failed, "ended without reporting".
+    monkeypatch.setenv("DATABASE_URL", child_database_url())
+    tasks(callable_path="tests.testapp.jobs.close_driver_connection", kwargs={"task_name": "c"})
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert Hit.objects.filter(task_name="c").count() == 1
+    if connection.vendor == "mysql":
+        assert "closing the connection to database 'default' after run" in capfd.readouterr().err
+
+
 def child_database_url() -> str:
     """DATABASE_URL for tests.settings in a run's process: the test database itself."""
     s = connection.settings_dict

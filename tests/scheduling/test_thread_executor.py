@@ -161,3 +161,85 @@ def test_a_timeout_being_recorded_counts_as_an_outcome_being_written(
     assert scheduler.runs.writing == 0
     assert Run.objects.get().status == RunStatus.TIMED_OUT
     assert scheduler.wait_idle(10)
+
+
+class RaisingHandler(logging.Handler):
+    """A handler whose emit() raises (a full disk, a collector gone), where logging's own
+    handlers would call handleError()."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_log_handler_that_raises_in_a_run_thread_leaves_no_run_running(tasks, make_scheduler):
+    # The "run started" line raised before the run's code and its outcome: the worker thread
+    # died, the run stayed `running` under a live heartbeat (never lost, never retried, every
+    # later occurrence skipped) and the pool's one slot never ran anything again.
+    tasks(kwargs={"label": "ran", "task_name": "record"})
+    scheduler = make_scheduler(concurrency=1)
+    handler = RaisingHandler()
+    execution_logger = logging.getLogger("django_posixcron.scheduler.execution")
+    execution_logger.addHandler(handler)
+    try:
+        scheduler.tick(T0)
+        assert scheduler.wait_idle(timeout=10)
+    finally:
+        execution_logger.removeHandler(handler)
+    run = Run.objects.get()
+    assert (run.status, run.error) == (
+        RunStatus.FAILED,
+        "OSError: [Errno 28] No space left on device",
+    )
+
+    # Its retry runs on the same pool.
+    scheduler.tick(T0 + dt.timedelta(minutes=5, seconds=1))
+    assert scheduler.wait_idle(timeout=10)
+    assert Hit.objects.filter(task_name="record", label="ran").count() == 1
+    assert Run.objects.filter(status=RunStatus.SUCCEEDED).count() == 1
+
+
+def test_a_log_handler_that_raises_does_not_end_a_worker_thread():
+    # The job's crash is logged; a handler that raised there too ended the thread, and with
+    # one slot nothing ran again.
+    executor = ThreadExecutor(1)
+    handler = RaisingHandler()
+    thread_logger = logging.getLogger("django_posixcron.executors.thread")
+    thread_logger.addHandler(handler)
+    try:
+        executor.submit(1, jobs.fail)
+        assert executor.wait_idle(10)
+    finally:
+        thread_logger.removeHandler(handler)
+    ran = threading.Event()
+    try:
+        executor.submit(2, ran.set)
+        assert ran.wait(10)
+    finally:
+        executor.close()
+
+
+def test_a_log_handler_that_raises_as_stuck_calls_return_keeps_their_slots():
+    # The "slots usable again" line is logged by the thread of a stuck call as it returns:
+    # a handler that raised there ended that thread before it gave its slot back.
+    executor = ThreadExecutor(1)
+    hang = threading.Event()
+    handler = RaisingHandler()
+    thread_logger = logging.getLogger("django_posixcron.executors.thread")
+    try:
+        for key in range(2):  # more stuck calls than the one stand-in: saturated
+            executor.submit(key, lambda: hang.wait(30))
+            executor.release(key)
+        assert (executor.stuck, executor.free_slots()) == (2, 0)
+        thread_logger.addHandler(handler)
+        try:
+            hang.set()
+            wait_until(lambda: executor.stuck == 0, timeout=10, what="the stuck calls to return")
+        finally:
+            thread_logger.removeHandler(handler)
+        ran = threading.Event()
+        executor.submit(2, ran.set)
+        assert ran.wait(10)
+    finally:
+        hang.set()
+        executor.close()

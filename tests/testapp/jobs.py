@@ -532,6 +532,13 @@ def raise_interrupting_str(task_name: str = "") -> None:
     raise InterruptingStrError
 
 
+def close_driver_connection(task_name: str = "") -> None:
+    """Write (or only read, as leave_atomic_open), then close the driver's connection under
+    Django's feet, as code handed the raw connection may: MySQL's close of it then fails."""
+    _write_or_read(task_name)
+    connection.connection.close()
+
+
 def leave_autocommit_off(task_name: str = "") -> None:
     """Turn autocommit off, write (or only read, as leave_atomic_open), and return without
     committing."""
