@@ -10,6 +10,7 @@ from django_posixcron.cron import CronExpression
 
 UTC = dt.UTC
 _TICK = dt.timedelta(microseconds=1)
+_MINUTE = dt.timedelta(minutes=1)
 
 
 def expression(schedule: str) -> CronExpression:
@@ -44,6 +45,38 @@ def next_occurrence(schedule: str, tz: str, after: dt.datetime) -> dt.datetime:
     """Return the first occurrence strictly after `after` (aware), as a UTC instant."""
     local = in_zone(after, tz)
     return expression(schedule).next_after(local).astimezone(UTC)
+
+
+def served_occurrence(schedule: str, tz: str, cursor: dt.datetime) -> dt.datetime:
+    """Return the occurrence a stored cursor stands for under this process's zone rules.
+
+    A cursor is an occurrence when it is written, but under the zone's rules of the process
+    that wrote it: after a tzdata update (a country moving or abolishing DST), or from a host
+    whose tzdata differs, the same wall-clock occurrence falls at another instant here.
+    Firing the stored instant and then moving to "the first occurrence after now" would fire
+    that occurrence a second time at its new instant (a daily 09:00 at 08:00 and at 09:00).
+    A cursor that is not an occurrence here stands for the nearest one (the earlier on a
+    tie, which has passed by the time the cursor is due): zone rules move offsets by an hour
+    or so, far less than the time between two occurrences of the schedule.
+    """
+    at_or_after = next_occurrence(schedule, tz, cursor - _TICK)
+    if at_or_after == cursor:
+        return cursor
+    distance = at_or_after - cursor
+    earlier = next_occurrence(schedule, tz, cursor - distance - _TICK)
+    if earlier >= cursor:
+        return at_or_after
+    # `earlier` is the first occurrence of the window, not the nearest (a 09:00 for a cursor
+    # that stands for 13:00): halve the window to the last one before the cursor. Occurrences
+    # are whole minutes of the wall clock, at least a minute apart.
+    low, high = earlier, cursor  # an occurrence at or after low before the cursor, none after high
+    while high - low > _MINUTE:
+        middle = low + (high - low) / 2
+        if next_occurrence(schedule, tz, middle - _TICK) < cursor:
+            low = middle
+        else:
+            high = middle
+    return next_occurrence(schedule, tz, low - _TICK)
 
 
 def first_cursor(schedule: str, tz: str, now: dt.datetime) -> dt.datetime:

@@ -68,6 +68,14 @@ HOST_ZONE_LINKS = frozenset({"localtime", "posixrules"})
 # IANA name, and another host may not have them or have them differ.
 HOST_ZONE_VARIANTS = ("right/", "posix/")
 
+# What an IANA zone name looks like ("Area/Location", capitalised as the database spells it):
+# one this host cannot load may be newer than its zone database (a zone renamed or added),
+# not a typo.
+IANA_SHAPED = re.compile(
+    r"(Africa|America|Antarctica|Arctic|Asia|Atlantic|Australia|Europe|Indian|Pacific|Etc)"
+    r"(/[A-Z][A-Za-z0-9_+-]*)+"
+)
+
 
 def timezone(value: object, path: KeyPath) -> str:
     """Return the IANA name of a zone given by name or as a ZoneInfo."""
@@ -110,12 +118,19 @@ def timezone(value: object, path: KeyPath) -> str:
             pass
         else:
             return plain(value)
+    newer = ""
+    if isinstance(value, str) and IANA_SHAPED.fullmatch(value):
+        newer = (
+            f" If {value!r} is a zone newer than this host's time zone database, update it: "
+            f"Python reads zones from {', '.join(zoneinfo.TZPATH) or 'no directory'}, then "
+            "from the 'tzdata' package."
+        )
     raise Invalid(
         E_TIMEZONE,
         Form.EXPECTED,
         "an IANA time zone name",
         f"{did_you_mean(value, zoneinfo.available_timezones() - HOST_ZONE_LINKS)}Use a name "
-        "such as 'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.",
+        f"such as 'Europe/Berlin' or 'UTC'; leave the key out to use settings.TIME_ZONE.{newer}",
         shown=value,
     )
 

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from django_posixcron.models import FAILURE_STATUSES, RunStatus, Trigger, due_at
-from django_posixcron.timing import next_occurrence
+from django_posixcron.timing import next_occurrence, served_occurrence
 
 # A process is presumed dead once it has missed three heartbeats: one slow beat (a GC pause,
 # a database hiccup) must not turn its runs into lost ones and fire them twice. The floor
@@ -93,8 +93,10 @@ def after_claim(
         if trigger == Trigger.CRON:
             # "No make-up: after downtime a task fires once, then resumes its schedule."
             # The cursor goes to the first occurrence strictly after now, however many
-            # occurrences were missed.
-            next_run_at = next_occurrence(schedule, timezone, now)
+            # occurrences were missed. And past the occurrence the fired cursor stands for:
+            # written under other rules of the zone, it may stand for one still ahead here.
+            served = served_occurrence(schedule, timezone, scheduled_for)
+            next_run_at = next_occurrence(schedule, timezone, max(now, served))
         # Any run consumes a pending retry ("when the next cron occurrence comes first, it
         # fires first and consumes the retry") and a manual request already made.
         retry_at = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zoneinfo
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,18 @@ def test_zone_near_misses_by_case_get_a_suggestion(zone, suggestion):
         f"zone name but got {zone!r}."
     )
     assert problem.hint.startswith(f"Did you mean {suggestion!r}? Use a name such as")
+
+
+def test_an_unknown_zone_shaped_like_an_iana_name_points_at_the_zone_database():
+    # A zone newer than the host's database ('Europe/Kyiv' on an old one) read as a typo.
+    [problem] = collect({"TASKS": {"t": task(timezone="Europe/Atlantis")}})[1]
+    assert problem.id == "posixcron.E016"
+    assert problem.hint.endswith(
+        "If 'Europe/Atlantis' is a zone newer than this host's time zone database, update it: "
+        f"Python reads zones from {', '.join(zoneinfo.TZPATH)}, then from the 'tzdata' package."
+    )
+    [typo] = collect({"TASKS": {"t": task(timezone="europe/atlantis")}})[1]
+    assert "time zone database" not in typo.hint
 
 
 class TestLazyDescription:

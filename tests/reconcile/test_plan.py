@@ -29,7 +29,7 @@ def test_pending_lines_say_what_would_happen():
     result = plan(declare(a=task("15 3 * * *", timezone="Asia/Kolkata")), [], NOW)
     assert result.lines(pending=True) == [
         "new task 'a': schedule '15 3 * * *' in Asia/Kolkata; callable tests.testapp.jobs.noop; "
-        "next run 2030-01-08T03:15:00+05:30",
+        "next run 2086-01-08T03:15:00+05:30",
         "Reconciling 1 declared task would leave: 1 to create, 0 to update, 0 to restore, "
         "0 to retire, 0 unchanged.",
     ]
@@ -45,11 +45,11 @@ def test_create():
     assert a.declared
     assert not a.paused
     assert a.definition_hash == declarations["a"].definition_hash
-    assert a.next_run_at == dt.datetime(2030, 1, 8, 3, 15, tzinfo=UTC)
+    assert a.next_run_at == dt.datetime(2086, 1, 8, 3, 15, tzinfo=UTC)
     assert a.due_at == a.next_run_at
     assert result.lines()[0] == (
         "new task 'a': schedule '15 3 * * *' in UTC; callable tests.testapp.jobs.noop; "
-        "next run 2030-01-08T03:15:00+00:00"
+        "next run 2086-01-08T03:15:00+00:00"
     )
 
 
@@ -65,12 +65,12 @@ def test_unchanged_keeps_cursor():
 
 def test_schedule_change_moves_cursor():
     rows = rows_after(declare(a=task("15 3 * * *")))
-    later = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=UTC)
+    later = dt.datetime(2086, 1, 7, 12, 0, 30, tzinfo=UTC)
     result = plan(declare(a=task("0 12 * * *")), rows, later)
     [change] = result.update
     assert change.action == "task_updated"
     # The current minute matches: fires now.
-    assert change.task.next_run_at == dt.datetime(2030, 1, 7, 12, 0, tzinfo=UTC)
+    assert change.task.next_run_at == dt.datetime(2086, 1, 7, 12, 0, tzinfo=UTC)
     assert "schedule '15 3 * * *' -> '0 12 * * *'" in change.line
     assert rows[0].schedule == "15 3 * * *"  # the input is not mutated
 
@@ -80,16 +80,16 @@ def test_zone_change_moves_cursor():
     result = plan(declare(a=task("15 3 * * *", timezone="Europe/Berlin")), rows, NOW)
     [change] = result.update
     assert change.task.timezone == "Europe/Berlin"
-    assert change.task.next_run_at == dt.datetime(2030, 1, 8, 2, 15, tzinfo=UTC)
+    assert change.task.next_run_at == dt.datetime(2086, 1, 8, 2, 15, tzinfo=UTC)
     assert "next_run_at" in change.fields
 
 
 def test_other_change_keeps_cursor():
     rows = rows_after(declare(a=task("15 3 * * *")))
-    rows[0].next_run_at = rows[0].due_at = dt.datetime(2030, 1, 1, tzinfo=UTC)  # overdue
+    rows[0].next_run_at = rows[0].due_at = dt.datetime(2086, 1, 1, tzinfo=UTC)  # overdue
     new = declare(a=task("15 3 * * *", retry_delay=60, description="d", overlap="allow"))
     [change] = plan(new, rows, NOW).update
-    assert change.task.next_run_at == dt.datetime(2030, 1, 1, tzinfo=UTC)
+    assert change.task.next_run_at == dt.datetime(2086, 1, 1, tzinfo=UTC)
     assert "next_run_at" not in change.fields
     assert set(change.fields) == {
         "retry_delay",
@@ -132,7 +132,7 @@ def test_paused_is_never_touched():
 def test_retire_and_restore():
     declarations = declare(a=task("15 3 * * *"))
     rows = rows_after(declarations)
-    rows[0].retry_at = dt.datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
+    rows[0].retry_at = dt.datetime(2086, 1, 7, 9, 0, tzinfo=UTC)
     result = plan({}, rows, NOW)
     [change] = result.retire
     assert change.action == "task_retired"
@@ -145,33 +145,33 @@ def test_retire_and_restore():
     assert plan({}, [retired], NOW).is_empty
     assert plan({}, [retired], NOW).summary().endswith("0 retired, 0 unchanged.")
 
-    later = dt.datetime(2030, 2, 1, 3, 15, 59, tzinfo=UTC)
+    later = dt.datetime(2086, 2, 1, 3, 15, 59, tzinfo=UTC)
     [back] = plan(declarations, [retired], later).update
     assert back.action == "task_restored"
     assert back.task.declared is True
     assert back.task.retry_at is None
-    assert back.task.next_run_at == dt.datetime(2030, 2, 1, 3, 15, tzinfo=UTC)
+    assert back.task.next_run_at == dt.datetime(2086, 2, 1, 3, 15, tzinfo=UTC)
     assert back.line.startswith("restored task 'a': declared again")
 
 
 def test_due_at_keeps_pending_retry_and_request():
     rows = rows_after(declare(a=task("15 3 * * *")))
-    retry = dt.datetime(2030, 1, 7, 11, 0, tzinfo=UTC)
+    retry = dt.datetime(2086, 1, 7, 11, 0, tzinfo=UTC)
     rows[0].retry_at = retry
     [change] = plan(declare(a=task("0 23 * * *")), rows, NOW).update
-    assert change.task.next_run_at == dt.datetime(2030, 1, 7, 23, 0, tzinfo=UTC)
+    assert change.task.next_run_at == dt.datetime(2086, 1, 7, 23, 0, tzinfo=UTC)
     assert change.task.due_at == retry
     assert change.task.retry_at == retry
 
 
 def test_cursor_rule_at_the_minute_boundary():
     declarations = declare(a=task("15 3 * * *"))
-    before = dt.datetime(2030, 1, 7, 3, 14, 59, 999999, tzinfo=UTC)
-    at = dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)
-    end = dt.datetime(2030, 1, 7, 3, 15, 59, 999999, tzinfo=UTC)
-    after = dt.datetime(2030, 1, 7, 3, 16, tzinfo=UTC)
-    today = dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)
-    tomorrow = dt.datetime(2030, 1, 8, 3, 15, tzinfo=UTC)
+    before = dt.datetime(2086, 1, 7, 3, 14, 59, 999999, tzinfo=UTC)
+    at = dt.datetime(2086, 1, 7, 3, 15, tzinfo=UTC)
+    end = dt.datetime(2086, 1, 7, 3, 15, 59, 999999, tzinfo=UTC)
+    after = dt.datetime(2086, 1, 7, 3, 16, tzinfo=UTC)
+    today = dt.datetime(2086, 1, 7, 3, 15, tzinfo=UTC)
+    tomorrow = dt.datetime(2086, 1, 8, 3, 15, tzinfo=UTC)
     assert rows_after(declarations, before)[0].next_run_at == today
     assert rows_after(declarations, at)[0].next_run_at == today
     assert rows_after(declarations, end)[0].next_run_at == today

@@ -342,7 +342,7 @@ def test_due_at_consistent_with_pending_request():
     row.request_run(NOW)
     reconcile(now=NOW, declarations=declare(a=task("0 23 * * *")))
     row.refresh_from_db()
-    assert row.next_run_at == dt.datetime(2030, 1, 7, 23, 0, tzinfo=UTC)
+    assert row.next_run_at == dt.datetime(2086, 1, 7, 23, 0, tzinfo=UTC)
     assert row.run_requested_at == NOW
     assert row.due_at == NOW
 
@@ -350,10 +350,10 @@ def test_due_at_consistent_with_pending_request():
 @pytest.mark.parametrize(
     ("frozen", "expected"),
     [
-        ("2030-01-07 03:14:59.999", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
-        ("2030-01-07 03:15:00.000", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
-        ("2030-01-07 03:15:59.999", dt.datetime(2030, 1, 7, 3, 15, tzinfo=UTC)),
-        ("2030-01-07 03:16:00.000", dt.datetime(2030, 1, 8, 3, 15, tzinfo=UTC)),
+        ("2086-01-07 03:14:59.999", dt.datetime(2086, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2086-01-07 03:15:00.000", dt.datetime(2086, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2086-01-07 03:15:59.999", dt.datetime(2086, 1, 7, 3, 15, tzinfo=UTC)),
+        ("2086-01-07 03:16:00.000", dt.datetime(2086, 1, 8, 3, 15, tzinfo=UTC)),
     ],
 )
 def test_cursor_rule_at_the_exact_minute_boundary(frozen, expected, posixcron):
@@ -393,12 +393,12 @@ def test_cursor_rule_on_days_the_clocks_change(schedule, frozen, expected, posix
 
 def test_schedule_change_at_boundary_fires_now_only_in_matching_minute(posixcron):
     posixcron({"a": task("0 3 * * *")})
-    with freeze_time("2030-01-07 03:14:30"):
+    with freeze_time("2086-01-07 03:14:30"):
         reconcile()
     posixcron({"a": task("14 3 * * *")})
-    with freeze_time("2030-01-07 03:14:30"):
+    with freeze_time("2086-01-07 03:14:30"):
         reconcile()
-    assert Task.objects.get(name="a").next_run_at == dt.datetime(2030, 1, 7, 3, 14, tzinfo=UTC)
+    assert Task.objects.get(name="a").next_run_at == dt.datetime(2086, 1, 7, 3, 14, tzinfo=UTC)
 
 
 def test_many_tasks_in_batches():

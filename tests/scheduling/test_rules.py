@@ -10,7 +10,7 @@ from django_posixcron.models import RunStatus, Trigger
 from django_posixcron.scheduling import rules
 
 UTC = dt.UTC
-T0 = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)
+T0 = dt.datetime(2086, 1, 7, 10, 0, tzinfo=UTC)
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
 
@@ -134,7 +134,7 @@ def test_how_long_the_loop_sleeps(next_due, limit, any_claimed, expected):
 
 
 def test_due_within_a_round_trip() -> None:
-    now = dt.datetime(2030, 1, 7, 10, tzinfo=dt.UTC)
+    now = dt.datetime(2086, 1, 7, 10, tzinfo=dt.UTC)
     ms = dt.timedelta(milliseconds=1)
     assert rules.due_within(now + ms, now, 0.002)
     assert rules.due_within(now + 2 * ms, now, 0.002)
@@ -143,3 +143,17 @@ def test_due_within_a_round_trip() -> None:
     assert not rules.due_within(now, now, 0.002)
     assert not rules.due_within(now - ms, now, 0.002)
     assert not rules.due_within(None, now, 0.002)
+
+
+def test_a_cursor_written_under_other_zone_rules_is_fired_once() -> None:
+    """A Berlin 09:00 stored as 07:00 UTC (by rules at UTC+2; Berlin is at UTC+1 in January):
+    it fires, and the next cursor is tomorrow's 09:00, not today's at 08:00 UTC."""
+    stale = T0.replace(hour=7)
+    result = claimed(schedule="0 9 * * *", timezone="Europe/Berlin", next_run_at=stale, now=stale)
+    assert (result.trigger, result.scheduled_for) == (Trigger.CRON, stale)
+    assert result.changes["next_run_at"] == T0.replace(hour=8) + dt.timedelta(days=1)
+
+    # Stored as 09:00 UTC (rules at UTC+0): it stands for today's 09:00, which has passed.
+    late = T0.replace(hour=9)
+    result = claimed(schedule="0 9 * * *", timezone="Europe/Berlin", next_run_at=late, now=late)
+    assert result.changes["next_run_at"] == T0.replace(hour=8) + dt.timedelta(days=1)
