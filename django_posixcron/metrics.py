@@ -20,6 +20,7 @@ from django.db.models import (
     OuterRef,
     Subquery,
 )
+from django.db.models.functions import Coalesce
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, database_now
@@ -58,8 +59,15 @@ def task_rows(using: str, overdue_at: dt.datetime) -> list[dict[str, Any]]:
         Task.objects.using(using)
         .filter(declared=True)
         .annotate(
-            last_duration=_latest(ran.filter(duration__isnull=False), "duration"),
-            fire_lag=_latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
+            # From the history while it holds a run of the task; from the task once pruning
+            # or a delete took them all (the outcomes keep the latest finished run's there).
+            latest_duration=Coalesce(
+                _latest(ran.filter(duration__isnull=False), "duration"), F("last_duration")
+            ),
+            fire_lag=Coalesce(
+                _latest(ran.filter(started_at__isnull=False).annotate(lag=lag), "lag"),
+                F("last_fire_lag"),
+            ),
             overdue=ExpressionWrapper(overdue_before(overdue_at), output_field=BooleanField()),
         )
         .order_by("name")
@@ -68,7 +76,7 @@ def task_rows(using: str, overdue_at: dt.datetime) -> list[dict[str, Any]]:
             "paused",
             "due_at",
             "overdue",
-            "last_duration",
+            "latest_duration",
             "fire_lag",
             "last_success_at",
         )
@@ -133,7 +141,7 @@ class DatabaseCollector:
         for row in task_rows(using, now - slack):
             name = row["name"]
             values = {
-                "last_run_duration_seconds": _seconds(row["last_duration"]),
+                "last_run_duration_seconds": _seconds(row["latest_duration"]),
                 "fire_lag_seconds": _seconds(row["fire_lag"]),
                 "last_success_timestamp_seconds": _timestamp(row["last_success_at"]),
                 "next_run_timestamp_seconds": None if row["paused"] else _timestamp(row["due_at"]),

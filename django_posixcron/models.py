@@ -231,6 +231,12 @@ class Task(models.Model):
     # runs never loses it: "no success for two hours" must still fire after a month of
     # failures. Written with each outcome (outcomes.py).
     last_success_at = models.DateTimeField(_("last success"), null=True, blank=True)
+    # The duration and the fire lag (start minus scheduled time) of the latest finished run,
+    # kept for the same reason: the metrics read them from the history while it holds runs
+    # of the task, and from here once pruning or a delete has taken them all (a monthly task
+    # with HISTORY_DAYS 30). Written with each outcome (outcomes.py).
+    last_duration = models.DurationField(_("last duration"), null=True, blank=True)
+    last_fire_lag = models.DurationField(_("last fire lag"), null=True, blank=True)
 
     # The new columns have database defaults too: a scheduler of the previous release, still
     # running while this one's migration is applied (a rolling deploy), inserts rows without

@@ -34,7 +34,8 @@ logger = logging.getLogger("django_posixcron.scheduler.claim")
 MISMATCH_RECHECK = dt.timedelta(seconds=60)
 
 # Columns of the claimed task rows nothing on a run's path reads: the admin's, the metrics' and
-# the overdue alert's timestamps (the outcome reads last_success_at under its own lock).
+# the overdue alert's timestamps and figures (the outcome reads last_success_at and the last
+# run's figures under its own lock).
 # Parsing them cost about a twentieth of the loop's time in a burst while Django's Python
 # loader parsed PostgreSQL timestamps (db.fast_timestamps() now hands them to psycopg's C
 # loader where it can); they are still sent and built for nothing. A signal receiver that
@@ -45,6 +46,8 @@ UNREAD_IN_CLAIM = (
     "updated_at",
     "last_run_finished_at",
     "last_success_at",
+    "last_duration",
+    "last_fire_lag",
     "overdue_signalled_for",
     # A run executes its declaration (whose definition the stored one equals), and the
     # description may be long. Not the kwargs: a run_finished receiver may well read them.

@@ -411,6 +411,8 @@ TASK_LOCKED_FIELDS = [
     "failing_signalled",
     "paused",
     "last_success_at",
+    "last_duration",
+    "last_fire_lag",
     # Kept as they are by an older occurrence's late success (rules.outdated_success) or by
     # the real outcome of a run marked lost (rules.is_latest_run).
     "last_run_status",
@@ -431,6 +433,8 @@ TASK_OUTCOME_FIELDS = [
     "consecutive_failures",
     "failing_signalled",
     "last_success_at",
+    "last_duration",
+    "last_fire_lag",
 ]
 
 
@@ -459,6 +463,12 @@ def _record_task_outcomes(
             row["last_success_at"] is None or o.finished_at > row["last_success_at"]
         ):
             row["last_success_at"] = o.finished_at
+        if o.run.duration is not None:
+            # What the metrics show once the history no longer holds the run: the latest
+            # finished run's figures, whatever its status (a lost run has none).
+            row["last_duration"] = o.run.duration
+            assert o.run.started_at is not None
+            row["last_fire_lag"] = o.run.started_at - o.run.scheduled_for
         occurrence = o.run.occurrence or o.run.scheduled_for
         if previous[o.run.pk] == RunStatus.LOST:
             _apply_late_outcome(o, occurrence, row)

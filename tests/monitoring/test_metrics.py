@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_posixcron.db import app_alias
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling.maintenance import Pruner
+from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
 from tests.factories import SchedulerProcessFactory
 from tests.harness.tasks import T0
 
@@ -72,6 +73,48 @@ def test_the_last_success_outlives_the_runs_it_came_from(history):
     assert per_task(scrape(), "posixcron_last_success_timestamp_seconds") == {
         "good": pytest.approx(finished.timestamp())
     }
+
+
+def test_the_latest_runs_figures_outlive_the_runs_they_came_from(history):
+    """A monthly task with HISTORY_DAYS 30 has no run in the history for a day or so each
+    month: its duration and fire lag are still the latest finished run's."""
+    figures = {}
+    for name in ("good", "bad"):
+        latest = Run.objects.filter(task__name=name).latest("scheduled_for")
+        assert latest.duration is not None
+        assert latest.started_at is not None
+        figures[name] = (
+            latest.duration.total_seconds(),
+            (latest.started_at - latest.scheduled_for).total_seconds(),
+        )
+    before = scrape()
+
+    Pruner(app_alias(), 30, timezone.now).prune(T0 + dt.timedelta(days=365))
+    assert not Run.objects.exists()
+    after = scrape()
+
+    for samples in (before, after):
+        assert per_task(samples, "posixcron_last_run_duration_seconds") == pytest.approx(
+            {name: duration for name, (duration, _) in figures.items()}
+        )
+        assert per_task(samples, "posixcron_fire_lag_seconds") == pytest.approx(
+            {name: lag for name, (_, lag) in figures.items()}
+        )
+    # A task that never finished a run has neither, with or without history.
+    assert "resting" not in per_task(after, "posixcron_last_run_duration_seconds")
+
+
+def test_a_lost_run_leaves_the_figures_of_the_run_before_it(history):
+    good = Task.objects.get(name="good")
+    kept = (good.last_duration, good.last_fire_lag)
+    assert None not in kept
+    # The scheduler ends a run lost (its process went silent): no duration, nothing moves.
+    run = Run.objects.filter(task=good).latest("scheduled_for")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, finished_at=None, duration=None)
+    run.refresh_from_db()
+    write_outcomes([Outcome(run, RunStatus.LOST, timezone.now(), "Lost: test", "")], app_alias())
+    good.refresh_from_db()
+    assert (good.last_duration, good.last_fire_lag) == kept
 
 
 def test_every_series_matches_the_database(history):

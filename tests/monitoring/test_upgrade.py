@@ -1,11 +1,15 @@
-"""Upgrading to the counters: posixcron_runs_total starts from the history already there."""
+"""Upgrading: each migration keeps what the database holds (counts, last figures, grants)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
@@ -16,21 +20,37 @@ BEFORE = [("django_posixcron", "0002_deployments")]
 AFTER = [("django_posixcron", "0003_observability")]
 
 
-def test_the_migration_counts_the_existing_finished_runs():
+@contextlib.contextmanager
+def migrated_back_to(target: list[tuple[str, str]]) -> Iterator[Any]:
+    """Migrate the test database back to `target`; yield the models as they were there, to
+    write the rows an older release left; then migrate forward to the latest migration."""
     executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
+    executor.migrate(target)
     try:
-        old = executor.loader.project_state(BEFORE).apps
-        task = old.get_model("django_posixcron", "Task").objects.create(
-            name="old",
-            schedule="0 * * * *",
-            callable_path="tests.testapp.jobs.noop",
-            timezone="UTC",
-            retry_delay=dt.timedelta(minutes=5),
-            definition_hash="x",
-        )
+        yield executor.loader.project_state(target).apps
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def old_task(apps: Any, name: str) -> Any:
+    """Create the task `name` with the models of an older release (`apps`)."""
+    return apps.get_model("django_posixcron", "Task").objects.create(
+        name=name,
+        schedule="0 * * * *",
+        callable_path="tests.testapp.jobs.noop",
+        timezone="UTC",
+        retry_delay=dt.timedelta(minutes=5),
+        definition_hash="x",
+    )
+
+
+def test_the_migration_counts_the_existing_finished_runs():
+    with migrated_back_to(BEFORE) as old:
+        task = old_task(old, "old")
         Run = old.get_model("django_posixcron", "Run")
-        start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        start = dt.datetime(2086, 1, 1, tzinfo=dt.UTC)
         for i, (status, trigger) in enumerate(
             [("succeeded", "cron")] * 3
             + [("failed", "cron"), ("failed", "retry"), ("running", "cron")]
@@ -41,10 +61,6 @@ def test_the_migration_counts_the_existing_finished_runs():
                 trigger=trigger,
                 scheduled_for=start + dt.timedelta(hours=i),
             )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
     new = MigrationExecutor(connection).loader.project_state(AFTER).apps
     counts = {
@@ -63,19 +79,12 @@ def test_a_scheduler_of_the_previous_release_can_still_write_rows():
     # The models as release 0001 knew them insert without the new columns, as an old
     # scheduler does while the new release's migration is already applied.
     old = MigrationExecutor(connection).loader.project_state(BEFORE).apps
-    task = old.get_model("django_posixcron", "Task").objects.create(
-        name="old-code",
-        schedule="0 * * * *",
-        callable_path="tests.testapp.jobs.noop",
-        timezone="UTC",
-        retry_delay=dt.timedelta(minutes=5),
-        definition_hash="x",
-    )
+    task = old_task(old, "old-code")
     old.get_model("django_posixcron", "Run").objects.create(
         task=task,
         status="running",
         trigger="cron",
-        scheduled_for=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+        scheduled_for=dt.datetime(2086, 1, 1, tzinfo=dt.UTC),
     )
 
     from django_posixcron.models import Run, Task
@@ -148,6 +157,23 @@ def test_dropping_the_runs_task_index_drops_only_that_index_and_can_be_undone():
         executor.loader.build_graph()
         executor.migrate(executor.loader.graph.leaf_nodes())
     assert _task_only_indexes() == []
+
+
+def test_sqlmigrate_of_the_task_index_migration_leaves_the_unfinished_index_alone():
+    # A DBA reviews `sqlmigrate` on a database already migrated (staging): 0005 reads the
+    # indexes on task_id alone as the database reports them, and 0006's partial index is one
+    # of them. Counted as the task index, 0005 showed it dropped, and its undo showed
+    # nothing to create.
+    assert "posixcron_run_unfinished" in _run_table_indexes() or connection.vendor == "mysql"
+    forwards, backwards = StringIO(), StringIO()
+    call_command("sqlmigrate", "django_posixcron", "0005", stdout=forwards)
+    call_command("sqlmigrate", "django_posixcron", "0005", "--backwards", stdout=backwards)
+    assert "posixcron_run_unfinished" not in forwards.getvalue()
+    if connection.vendor == "mysql":
+        assert "CREATE INDEX" not in backwards.getvalue()
+    else:
+        assert "CREATE INDEX" in backwards.getvalue(), backwards.getvalue()
+        assert "posixcron_run_unfinished" not in backwards.getvalue()
 
 
 def test_unfinished_runs_of_a_task_have_an_index_of_their_own_and_it_can_be_undone():
@@ -231,26 +257,15 @@ def test_each_tasks_last_success_is_filled_from_the_history():
         [("django_posixcron", "0006_run_unfinished_index")],
         [("django_posixcron", "0007_task_last_success_at")],
     )
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    try:
-        old = executor.loader.project_state(before).apps
-        Task = old.get_model("django_posixcron", "Task")
+    start = dt.datetime(2086, 1, 1, tzinfo=dt.UTC)
+    with migrated_back_to(before) as old:
         Run = old.get_model("django_posixcron", "Run")
-        start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
         for name, outcomes in (
             ("mixed", ["succeeded", "succeeded", "failed", "running"]),
             ("failing", ["failed", "timed_out"]),
             ("new", []),
         ):
-            task = Task.objects.create(
-                name=name,
-                schedule="0 * * * *",
-                callable_path="tests.testapp.jobs.noop",
-                timezone="UTC",
-                retry_delay=dt.timedelta(minutes=5),
-                definition_hash="x",
-            )
+            task = old_task(old, name)
             for i, status in enumerate(outcomes):
                 at = start + dt.timedelta(hours=i)
                 Run.objects.create(
@@ -261,10 +276,6 @@ def test_each_tasks_last_success_is_filled_from_the_history():
                     started_at=at,
                     finished_at=None if status == "running" else at + dt.timedelta(seconds=3),
                 )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
     new = MigrationExecutor(connection).loader.project_state(after).apps
     filled = dict(
@@ -277,13 +288,54 @@ def test_each_tasks_last_success_is_filled_from_the_history():
     }
 
 
+def test_each_tasks_latest_duration_and_fire_lag_are_filled_from_the_history():
+    before, after = (
+        [("django_posixcron", "0009_resume_permission")],
+        [("django_posixcron", "0010_task_last_duration_and_fire_lag")],
+    )
+    start = dt.datetime(2086, 1, 1, tzinfo=dt.UTC)
+    second = dt.timedelta(seconds=1)
+    with migrated_back_to(before) as old:
+        Run = old.get_model("django_posixcron", "Run")
+        # (status, seconds late, seconds long) by scheduled hour; the latest finished run
+        # with a duration counts, not a later skipped, lost or running one.
+        for name, runs in (
+            ("mixed", [("succeeded", 1, 3), ("failed", 2, 7), ("lost", 4, None)]),
+            ("busy", [("succeeded", 1, 5), ("skipped", None, None), ("running", 3, None)]),
+            ("new", []),
+        ):
+            task = old_task(old, name)
+            for i, (status, late, long) in enumerate(runs):
+                at = start + dt.timedelta(hours=i)
+                Run.objects.create(
+                    task=task,
+                    status=status,
+                    trigger="cron",
+                    scheduled_for=at,
+                    started_at=None if late is None else at + late * second,
+                    duration=None if long is None else long * second,
+                    finished_at=None if status == "running" else at + 10 * second,
+                )
+
+    new = MigrationExecutor(connection).loader.project_state(after).apps
+    filled = {
+        name: (duration, lag)
+        for name, duration, lag in new.get_model("django_posixcron", "Task").objects.values_list(
+            "name", "last_duration", "last_fire_lag"
+        )
+    }
+    assert filled == {
+        "mixed": (7 * second, 2 * second),
+        "busy": (5 * second, 1 * second),
+        "new": (None, None),
+    }
+
+
 def test_whoever_could_pause_keeps_resume_after_the_upgrade():
     from django.contrib.auth.models import Group, Permission, User
 
     before = [("django_posixcron", "0008_overdue_alert")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    try:
+    with migrated_back_to(before):
         # As a database upgraded from 0008 has it: pause_task (then "pause and resume"), no
         # resume_task yet.
         Permission.objects.filter(codename="resume_task").delete()
@@ -296,10 +348,6 @@ def test_whoever_could_pause_keeps_resume_after_the_upgrade():
         alice = User.objects.create_user("alice")
         alice.user_permissions.add(pause)
         User.objects.create_user("bob")
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
     resume = Permission.objects.get(
         codename="resume_task", content_type__app_label="django_posixcron"
