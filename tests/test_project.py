@@ -33,6 +33,19 @@ def test_version_lives_in_one_place():
     assert django_posixcron.__version__
 
 
+def test_the_build_backend_floor_knows_the_metadata_we_use():
+    """A licence given as an SPDX expression, with ``license-files``, is PEP 639: setuptools
+    before 77 rejects it ("`project.license` must be valid exactly by one definition"), so a
+    build that honours the declared floor (``--no-build-isolation``, a distribution's packager,
+    a pinned build environment) fails on every version between the floor and 77."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(pyproject["project"]["license"], str)
+    (requirement,) = pyproject["build-system"]["requires"]
+    name, _, floor = requirement.partition(">=")
+    assert name == "setuptools"
+    assert tuple(int(part) for part in floor.split(".")) >= (77,)
+
+
 def test_package_is_typed():
     assert (Path(django_posixcron.__file__).parent / "py.typed").exists()
 

@@ -58,3 +58,29 @@ def test_the_scheduler_and_status_use_the_apps_alias(
     report = json.loads(status.stdout)
     assert report["problems"] == ["no live scheduler"]
     assert report["active"] == 1
+
+
+def test_a_cron_task_advances_its_cursor_on_the_apps_alias(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    """django-q2/django-q2#293: with the ORM broker on another alias, a schedule's next run
+    was never written, and the task ran again at every pass."""
+    schedulers.configure(
+        {"minutely": record_task("minutely", "* * * * *")},
+        extra={"EMPTY_DB_NAME": empty_database(tmp_path), "ROUTER": True},
+    )
+    # "* * * * *" matches the current minute: the first start fires it.
+    first = schedulers.run("--once")
+    assert first.returncode == 0, first.stdout + first.stderr
+    (run,) = Run.objects.all()
+    assert (run.trigger, run.status) == ("cron", RunStatus.SUCCEEDED)
+    cursor = Task.objects.get(name="minutely").next_run_at
+    assert cursor is not None
+    assert cursor > run.scheduled_for
+
+    second = schedulers.run("--once")
+    assert second.returncode == 0, second.stdout + second.stderr
+    # Only a minute the cursor had reached may fire now (the clock may have passed one).
+    later = Run.objects.exclude(pk=run.pk)
+    assert all(r.scheduled_for >= cursor for r in later), list(later.values("scheduled_for"))
+    assert Hit.objects.filter(task_name="minutely").count() == Run.objects.count() <= 2

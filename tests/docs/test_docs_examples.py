@@ -170,6 +170,7 @@ def test_every_page_is_in_the_toctree_and_exists():
         "handoff",
         "admin",
         "operations",
+        "testing",
         "comparison",
         "benchmarks",
         "api",
@@ -216,3 +217,75 @@ def test_readme_settings_example_is_valid():
                 sys.modules[name] = previous
     assert problems == []
     assert declarations["nightly-report"].timezone == "Europe/Berlin"
+
+
+def logged_actions() -> set[str]:
+    """Return every `action` the package logs: the literals of its `extra` dicts, and those
+    it passes through a variable (reconcile's changes, the admin's actions)."""
+    import ast
+
+    from django_posixcron.reconcile import LABELS
+
+    package = ROOT / "django_posixcron"
+    actions = set(LABELS)
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                for key, value in zip(node.keys, node.values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value == "action":
+                        actions |= {
+                            n.value
+                            for n in ast.walk(value)
+                            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                        }
+    admin = (package / "admin" / "actions.py").read_text()
+    return actions | set(re.findall(r'"(admin_[a-z_]+)"', admin))
+
+
+def test_the_logging_section_lists_every_action_logged():
+    text = (DOCS / "running.rst").read_text()
+    section = text.split("\nLogging\n-------\n", 1)[1].split("\n---", 1)[0]
+    # What the section names that is not an action: loggers, and a record's other attributes
+    # and their values.
+    named = set(re.findall(r"``([a-z][a-z0-9_.]*)``", section))
+    attributes = {"action", "task", "run_id", "part", "loop", "heartbeat", "tasks"}
+    documented = {n for n in named if not n.startswith("django_posixcron")} - attributes
+    logged = logged_actions()
+    assert logged - documented == set(), "logged, not in docs/running.rst's Logging section"
+    assert documented - logged == set(), "in docs/running.rst's Logging section, never logged"
+
+
+def test_the_refusal_inside_a_transaction_names_a_page_that_exists():
+    import inspect
+
+    from django_posixcron.management.commands import runscheduler
+
+    source = inspect.getsource(runscheduler.refuse_inside_a_transaction)
+    assert "Testing your project" in source
+    assert (DOCS / "testing.rst").read_text().startswith("Testing your project\n")
+
+
+def test_every_test_the_comparison_cites_exists():
+    """The table of the peers' known failures names the tests that keep them out."""
+    text = (DOCS / "comparison.rst").read_text()
+    cited = re.findall(r"``(tests/[\w/]+\.py)::(\w+)``", text)
+    assert len(cited) > 20
+    missing = [
+        f"{path}::{name}"
+        for path, name in cited
+        if not re.search(rf"^\s*(async\s+)?def {name}\(", (ROOT / path).read_text(), re.M)
+    ]
+    assert missing == []
+
+
+def test_readme_links_work_where_the_readme_is_read():
+    """The README is also the package's page on PyPI, where a link relative to the repository
+    leads nowhere: its links are absolute, and each documentation page it names exists."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)]+)\)", readme)
+    assert targets
+    assert [t for t in targets if not t.startswith("https://")] == []
+    docs_base = "https://django-posixcron.readthedocs.io/en/latest/"
+    pages = {t.removeprefix(docs_base) for t in targets if t.startswith(docs_base)}
+    named = {p.removesuffix(".html") for p in pages if p}
+    assert named <= {p.stem for p in DOCS.glob("*.rst")}, named
