@@ -37,7 +37,7 @@ from django_posixcron.models import DeclarationSet, SchedulerProcess, Task  # no
 from django_posixcron.reconcile import reconcile  # noqa: E402
 from django_posixcron.scheduler import Scheduler  # noqa: E402
 
-NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC)
+NOW = dt.datetime(2086, 1, 7, 10, 0, tzinfo=dt.UTC)
 
 
 def settings_for(count: int, retry_delay: int = 300) -> dict[str, object]:

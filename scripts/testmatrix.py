@@ -78,6 +78,9 @@ class Outcome:
     label: str
     status: str  # "passed", "skipped: why" or "failed (...)"
     counts: dict[str, int] | None = None
+    # pytest's short summary lines of a failed suite ("FAILED tests/...::name - reason"), so
+    # that the closing summary, the part of a long CI log that is read first, names them.
+    failures: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -106,6 +109,11 @@ def pytest_counts(output: str) -> dict[str, int] | None:
                 counts[key] = counts.get(key, 0) + int(number)
             return counts
     return None
+
+
+def failure_lines(output: str) -> tuple[str, ...]:
+    """Return pytest's "FAILED ..." and "ERROR ..." short summary lines in `output`."""
+    return tuple(line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ")))
 
 
 def run_quick(pytest_args: list[str]) -> list[Outcome]:
@@ -188,7 +196,7 @@ def run_full(pytest_args: list[str]) -> list[Outcome]:
             log.close()
             output = log_path.read_text(errors="replace")
             print(f"\n===== {label}: {status} =====\n{output}", flush=True)
-            outcomes.append(Outcome(label, status, pytest_counts(output)))
+            outcomes.append(Outcome(label, status, pytest_counts(output), failure_lines(output)))
     for name in ("lint", "docs"):
         print(f"testmatrix: running tox -e {name}", flush=True)
         code = tox("run", "-e", name)
@@ -207,6 +215,8 @@ def main() -> int:
     print("\ntestmatrix summary:")
     for outcome in outcomes:
         print(f"  {outcome.label}: {outcome.status}")
+        for line in outcome.failures:
+            print(f"    {line}")
     totals: dict[str, int] = {}
     for outcome in outcomes:
         for key, number in (outcome.counts or {}).items():

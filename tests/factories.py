@@ -21,7 +21,7 @@ from django_posixcron.models import (
 )
 
 UTC = dt.UTC
-NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+NOW = dt.datetime(2086, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
 DECLARED = dt.datetime(2020, 1, 1, tzinfo=UTC)
 
 

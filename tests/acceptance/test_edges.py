@@ -150,7 +150,7 @@ def test_old_history_is_pruned_and_the_task_stays(world):
     assert len(runs("daily")) == 2
     world.tick(later + dt.timedelta(seconds=1))
     # The 31-day-old run is gone; the run for the gap (recorded under the first missed
-    # occurrence, 2030-01-08) is kept.
+    # occurrence, 2086-01-08) is kept.
     assert runs("daily") == [("cron", "succeeded", T0 + dt.timedelta(days=1))]
     assert task("daily").declared is True
 

@@ -17,6 +17,7 @@ from tests.testapp.models import Hit
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.long
 def test_a_slow_run_finished_receiver_delays_neither_the_heartbeat_nor_claims(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:
@@ -115,6 +116,7 @@ def test_an_outcome_for_a_run_already_marked_lost_is_recorded_logged_and_signall
     assert child.wait(timeout=20) == 0, schedulers.outputs()
 
 
+@pytest.mark.long
 def test_heartbeats_follow_the_database_clock_when_the_host_clock_steps(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:
@@ -150,6 +152,7 @@ def test_heartbeats_follow_the_database_clock_when_the_host_clock_steps(
     assert child.wait(timeout=20) == 0, schedulers.outputs()
 
 
+@pytest.mark.long
 def test_a_process_backing_off_keeps_beating(schedulers: Schedulers) -> None:
     """Item 9: heartbeats came from the tick, so a loop in back-off stopped beating.
 

@@ -76,9 +76,9 @@ CASES = [
         "",
     ),
     (
-        {"TASKS": {"r": good(kwargs={"when": dt.date(2030, 1, 1)})}},
+        {"TASKS": {"r": good(kwargs={"when": dt.date(2086, 1, 1)})}},
         f"{T}['r']['kwargs']",
-        "datetime.date(2030, 1, 1)",
+        "datetime.date(2086, 1, 1)",
         "",
     ),
     ({"TASKS": {"r": good(kwargs={"colour": "red"})}}, f"{T}['r']['callable']", "'colour'", ""),

@@ -123,13 +123,13 @@ def test_a_task_filter_value_that_is_no_id_is_not_a_crash(superuser, value):
 
 def test_date_hierarchy(superuser):
     task = make_task()
-    make_run(task, started_at=dt.datetime(2030, 1, 7, 3, 15, tzinfo=dt.UTC))
-    make_run(task, started_at=dt.datetime(2030, 2, 7, 3, 15, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2086, 1, 7, 3, 15, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2086, 2, 7, 3, 15, tzinfo=dt.UTC))
     client = client_for(superuser)
-    response = client.get(f"{LIST}?scheduled_for__year=2030&scheduled_for__month=1")
+    response = client.get(f"{LIST}?scheduled_for__year=2086&scheduled_for__month=1")
     assert response.status_code == 200
     assert len(response.context["cl"].result_list) == 1
-    assert "scheduled_for__year=2030" in client.get(LIST).content.decode()
+    assert "scheduled_for__year=2086" in client.get(LIST).content.decode()
 
 
 @pytest.mark.parametrize(
@@ -137,8 +137,8 @@ def test_date_hierarchy(superuser):
     [
         [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC)],
         [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(9999, 1, 1, tzinfo=dt.UTC)],
-        [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(2030, 1, 7, tzinfo=dt.UTC)],
-        [dt.datetime(1, 1, 1, tzinfo=dt.UTC), dt.datetime(2030, 1, 7, tzinfo=dt.UTC)],
+        [dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(2086, 1, 7, tzinfo=dt.UTC)],
+        [dt.datetime(1, 1, 1, tzinfo=dt.UTC), dt.datetime(2086, 1, 7, tzinfo=dt.UTC)],
     ],
 )
 def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, instants):
@@ -161,13 +161,13 @@ def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, insta
 def test_the_date_hierarchy_asks_no_more_for_a_longer_span(superuser):
     task = make_task()
     client = client_for(superuser)
-    make_run(task, started_at=dt.datetime(2029, 6, 1, tzinfo=dt.UTC))
-    make_run(task, started_at=dt.datetime(2030, 6, 1, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2085, 6, 1, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2086, 6, 1, tzinfo=dt.UTC))
     client.get(LIST)
     with CaptureQueriesContext(connection) as adjacent:
         client.get(LIST)
     # Two thousand years apart: the years between hold nothing, and are not each asked.
-    Run.objects.filter(started_at__year=2029).update(
+    Run.objects.filter(started_at__year=2085).update(
         scheduled_for=dt.datetime(1, 6, 1, tzinfo=dt.UTC)
     )
     with CaptureQueriesContext(connection) as apart:
@@ -277,29 +277,29 @@ def test_process_admin_is_read_only(superuser):
 def test_process_pages_show_the_pid_as_is_and_times_to_the_second_in_the_zone(superuser):
     from django_posixcron.models import SchedulerProcess
 
-    started = dt.datetime(2030, 1, 7, 10, 0, 5, 250_000, tzinfo=dt.UTC)
+    started = dt.datetime(2086, 1, 7, 10, 0, 5, 250_000, tzinfo=dt.UTC)
     process = SchedulerProcess.objects.create(
         hostname="sched-a",
         pid=10466,
         started_at=started,
         last_heartbeat_at=started + dt.timedelta(seconds=42),
-        stopped_at=dt.datetime(2030, 1, 7, 10, 1, tzinfo=dt.UTC),
+        stopped_at=dt.datetime(2086, 1, 7, 10, 1, tzinfo=dt.UTC),
     )
     client = client_for(superuser)
     listed = client.get(reverse("admin:django_posixcron_schedulerprocess_changelist"))
     url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
     page = client.get(url).content.decode()
     for html in (listed.content.decode(), page):
-        assert "2030-01-07 07:00:05 -03" in html  # started, to the second, zone named
-        assert "2030-01-07 07:00:47 -03 (" in html  # the heartbeat, and how long ago
-        assert "2030-01-07 07:01:00 -03" in html  # stopped: seconds even when :00
+        assert "2086-01-07 07:00:05 -03" in html  # started, to the second, zone named
+        assert "2086-01-07 07:00:47 -03 (" in html  # the heartbeat, and how long ago
+        assert "2086-01-07 07:01:00 -03" in html  # stopped: seconds even when :00
     assert '<div class="readonly">10466</div>' in page  # not "10.466"
     assert "10.466" not in page
 
 
 def test_a_retry_shows_the_occurrence_it_serves_and_its_attempt(superuser):
     task = make_task(name="retried", timezone="Europe/Berlin")
-    occurrence = dt.datetime(2030, 1, 7, 10, 0, tzinfo=dt.UTC)
+    occurrence = dt.datetime(2086, 1, 7, 10, 0, tzinfo=dt.UTC)
     retry = make_run(
         task,
         trigger=Trigger.RETRY,
@@ -308,7 +308,7 @@ def test_a_retry_shows_the_occurrence_it_serves_and_its_attempt(superuser):
         attempt=2,
     )
     html = client_for(superuser).get(run_url(retry)).content.decode()
-    assert "2030-01-07 11:00 CET" in html  # the occurrence, in the task's zone
+    assert "2086-01-07 11:00 CET" in html  # the occurrence, in the task's zone
     assert '<div class="readonly">2</div>' in html
 
 
@@ -373,8 +373,8 @@ def test_a_repeated_hour_under_one_abbreviation_shows_its_offset():
         "2014-10-26 01:30 MSK (UTC+03:00)"
     )
     assert in_zone(first + dt.timedelta(hours=2), "Europe/Moscow") == "2014-10-26 02:30 MSK"
-    assert in_zone(dt.datetime(2030, 1, 7, 10, 0, 5, tzinfo=dt.UTC), "Europe/Berlin") == (
-        "2030-01-07 11:00:05 CET"
+    assert in_zone(dt.datetime(2086, 1, 7, 10, 0, 5, tzinfo=dt.UTC), "Europe/Berlin") == (
+        "2086-01-07 11:00:05 CET"
     )
 
 

@@ -313,7 +313,7 @@ def test_task_page_survives_a_schedule_the_engine_rejects(superuser):
 def test_pages_survive_a_stored_zone_this_python_cannot_load(superuser, zone):
     # 'Europe' names a directory of the zone files: ZoneInfo raises IsADirectoryError.
     task = make_task(name="elsewhere", timezone=zone, declared=False)
-    run = make_run(task, started_at=dt.datetime(2030, 1, 7, 3, 15, tzinfo=dt.UTC))
+    run = make_run(task, started_at=dt.datetime(2086, 1, 7, 3, 15, tzinfo=dt.UTC))
     client = client_for(superuser)
     for url in (
         LIST,
@@ -324,7 +324,7 @@ def test_pages_survive_a_stored_zone_this_python_cannot_load(superuser, zone):
         response = client.get(url)
         assert response.status_code == 200, url
         # Times fall back to UTC, which still says when.
-        assert "2030-01-07 03:15 UTC" in response.content.decode(), url
+        assert "2086-01-07 03:15 UTC" in response.content.decode(), url
 
 
 # Pause, resume, run now: the views ---------------------------------------------------------
@@ -811,20 +811,20 @@ def test_user_supplied_text_is_escaped_on_list_and_page(superuser):
 
 
 def test_the_task_page_shows_every_instant_in_the_tasks_zone_and_the_last_success(superuser):
-    success = dt.datetime(2030, 1, 7, 2, 15, 3, tzinfo=dt.UTC)
+    success = dt.datetime(2086, 1, 7, 2, 15, 3, tzinfo=dt.UTC)
     task = make_task(
         name="kolkata",
         timezone="Asia/Kolkata",
-        next_run_at=dt.datetime(2030, 1, 8, 4, 30, tzinfo=dt.UTC),
-        created_at=dt.datetime(2029, 12, 1, 0, 0, tzinfo=dt.UTC),
-        updated_at=dt.datetime(2029, 12, 2, 0, 0, tzinfo=dt.UTC),
+        next_run_at=dt.datetime(2086, 1, 8, 4, 30, tzinfo=dt.UTC),
+        created_at=dt.datetime(2085, 12, 1, 0, 0, tzinfo=dt.UTC),
+        updated_at=dt.datetime(2085, 12, 2, 0, 0, tzinfo=dt.UTC),
         last_success_at=success,
     )
     html = client_for(superuser).get(change_url(task)).content.decode()
-    assert "2030-01-07 07:45:03 IST" in html  # the last success
-    assert "2030-01-08 10:00 IST" in html  # due at
-    assert "2029-12-01 05:30 IST" in html  # created
-    assert "2029-12-02 05:30 IST" in html  # updated
+    assert "2086-01-07 07:45:03 IST" in html  # the last success
+    assert "2086-01-08 10:00 IST" in html  # due at
+    assert "2085-12-01 05:30 IST" in html  # created
+    assert "2085-12-02 05:30 IST" in html  # updated
     never = make_task(name="never-succeeded")
     assert "never" in client_for(superuser).get(change_url(never)).content.decode()
 

@@ -214,6 +214,7 @@ def test_an_rq_worker_runs_handed_off_runs_once(schedulers, redis):
     assert all(r.backend == "rq" and r.result_id for r in Run.objects.all())
 
 
+@pytest.mark.long
 def test_an_rq_heroku_worker_shut_down_mid_run_leaves_it_lost_not_failed(
     schedulers: Schedulers, redis: object, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from django_posixcron.declarations import TaskDeclaration, collect
 
 UTC = dt.UTC
-NOW = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+NOW = dt.datetime(2086, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
 
 
 def declare(**tasks: dict[str, Any]) -> dict[str, TaskDeclaration]:

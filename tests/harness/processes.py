@@ -255,9 +255,13 @@ class Schedulers:
     def manage(
         self, command: str, *args: str, timeout: float = DEFAULT_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
-        """Run a management command to completion with the children's settings."""
+        """Run a management command to completion with the children's settings.
+
+        Fails the test if the command's interpreter reported an ignored exception (see the
+        `schedulers` fixture).
+        """
         try:
-            return subprocess.run(
+            result = subprocess.run(
                 [sys.executable, "-m", "django", command, *args],
                 cwd=ROOT,
                 env=self.env(),
@@ -268,6 +272,7 @@ class Schedulers:
             )
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"{command} {args} ran past {timeout} s: {exc}") from None
+        return nothing_ignored(result)
 
     def outputs(self) -> str:
         return "\n".join(
@@ -324,8 +329,29 @@ def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
     # What a child's interpreter reports while it shuts down (a ResourceWarning, which the
     # children's PYTHONWARNINGS=error makes an error, raised in a __del__) cannot fail the
     # child: Python prints "Exception ignored" and exits with the status it had. Look for it.
-    ignored = [c.label for c in harness.children if "Exception ignored" in c.output()]
-    assert not ignored, f"{ignored} reported an ignored exception:\n{harness.outputs()}"
+    # The report's first line names what was ignored: it is what a CI summary prints.
+    ignored = {c.label: what_was_ignored(c.output()) for c in harness.children}
+    ignored = {label: what for label, what in ignored.items() if what}
+    assert not ignored, f"ignored exceptions: {ignored}\n{harness.outputs()}"
+
+
+def what_was_ignored(output: str) -> str:
+    """Return the first "Exception ignored" report in `output` on one line, or "".
+
+    Python prints it over several lines: "Exception ignored in: <where>", the traceback if
+    there is one, then the exception itself (the first line after them that is not indented).
+    """
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "Exception ignored" not in line:
+            continue
+        rest = (
+            later
+            for later in lines[i + 1 : i + 40]
+            if later.strip() and not later.startswith((" ", "Traceback"))
+        )
+        return f"{line.strip()} -> {next(rest, '(no exception line)').strip()}"
+    return ""
 
 
 def running(pid: int) -> bool:
@@ -343,6 +369,16 @@ def running(pid: int) -> bool:
     return True
 
 
+def nothing_ignored(
+    result: subprocess.CompletedProcess[str],
+) -> subprocess.CompletedProcess[str]:
+    """Return `result`, failing the test if its interpreter reported an ignored exception."""
+    output = (result.stdout or "") + (result.stderr or "")
+    what = what_was_ignored(output)
+    assert not what, f"{result.args} reported an ignored exception: {what}\n{output[-6000:]}"
+    return result
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -351,12 +387,14 @@ def runscheduler_with(settings_module: str, *args: str) -> subprocess.CompletedP
     """Run `manage.py runscheduler *args` under `settings_module`, without DATABASE_URL."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
     env.pop("DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "django", "runscheduler", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return nothing_ignored(
+        subprocess.run(
+            [sys.executable, "-m", "django", "runscheduler", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     )

@@ -21,7 +21,7 @@ from tests.factories import SchedulerProcessFactory
 from tests.testapp import jobs
 
 UTC = dt.UTC
-T0 = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
+T0 = dt.datetime(2086, 1, 7, 10, 0, tzinfo=UTC)  # a Monday
 
 
 class Tasks:

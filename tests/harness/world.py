@@ -22,8 +22,10 @@ from tests.testapp.models import Hit
 UTC = dt.UTC
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
-# A Monday, far from any DST transition and in the future of every test machine.
-T0 = dt.datetime(2030, 1, 7, 10, 0, tzinfo=UTC)
+# A Monday, far from any DST transition and in the future of every test machine. 2086 has
+# 2030's calendar, as 2085 and 2087 have 2029's and 2031's (no leap year among them), so
+# every weekday and DST date the tests name stays where it was.
+T0 = dt.datetime(2086, 1, 7, 10, 0, tzinfo=UTC)
 
 
 def record(name: str, schedule: str, **extra: Any) -> dict[str, Any]:
@@ -66,11 +68,16 @@ class World:
         top_level.setdefault("HISTORY_DAYS", 36500)
         self._configure(tasks, **top_level)
 
-    def start(self, now: dt.datetime, **options: Any) -> Scheduler:
-        """Do what `runscheduler` does at start-up at `now`: reconcile, then a new Scheduler."""
+    def start(self, now: dt.datetime, *, reconciling: bool = True, **options: Any) -> Scheduler:
+        """Do what `runscheduler` does at start-up at `now`: reconcile, then a new Scheduler.
+
+        Without `reconciling`, the Scheduler goes on from the rows as they are: a process that
+        has been running all along (in a fleet, the turn of another host's long-lived process).
+        """
         if self.scheduler is not None:
             self.stop()
-        reconcile(now=now)
+        if reconciling:
+            reconcile(now=now)
         options.setdefault("grace", 5)
         self.scheduler = Scheduler(**options)
         self.schedulers.append(self.scheduler)

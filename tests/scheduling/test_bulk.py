@@ -295,7 +295,7 @@ ARRAYS = [
             NOW.replace(microsecond=1),
             dt.datetime(1, 1, 1, tzinfo=dt.UTC),
             dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
-            dt.datetime(2030, 3, 31, 2, 30, tzinfo=ZoneInfo("Asia/Kolkata")),
+            dt.datetime(2086, 3, 31, 2, 30, tzinfo=ZoneInfo("Asia/Kolkata")),
             None,
         ],
     ),
@@ -326,7 +326,7 @@ def test_an_array_literal_is_read_as_the_values_the_driver_would_send(
 
 @pytest.mark.parametrize(
     "values",
-    [[dt.timedelta(seconds=1), dt.timedelta(seconds=-1)], [1, 1.5], [dt.date(2030, 1, 1)]],
+    [[dt.timedelta(seconds=1), dt.timedelta(seconds=-1)], [1, 1.5], [dt.date(2086, 1, 1)]],
     ids=["negative duration", "float", "date"],
 )
 def test_an_array_with_an_element_of_another_kind_is_left_to_the_driver(values: list[Any]) -> None:

@@ -68,13 +68,13 @@ def test_a_cron_run_and_its_retry_in_the_tasks_zone(tasks, make_scheduler, execu
     retry = Run.objects.get(pk=second)
     assert (retry.trigger, retry.attempt, retry.occurrence) == (Trigger.RETRY, 2, T0)
     assert contexts("ctx", path) == [
-        (first, "cron", "1", "2030-01-07T11:00:00+01:00", "2030-01-07T11:00:00+01:00"),
+        (first, "cron", "1", "2086-01-07T11:00:00+01:00", "2086-01-07T11:00:00+01:00"),
         (
             second,
             "retry",
             "2",
             retry.scheduled_for.astimezone(dt.timezone(dt.timedelta(hours=1))).isoformat(),
-            "2030-01-07T11:00:00+01:00",
+            "2086-01-07T11:00:00+01:00",
         ),
     ]
 
@@ -107,10 +107,10 @@ def test_attempts_count_on_per_occurrence_and_restart_with_the_next(tasks, make_
         (trigger, attempt, occurrence) for _, trigger, attempt, _, occurrence in contexts("ctx")
     ]
     assert seen == [
-        ("cron", "1", "2030-01-07T11:00:00+01:00"),
-        ("retry", "2", "2030-01-07T11:00:00+01:00"),
-        ("retry", "3", "2030-01-07T11:00:00+01:00"),
-        ("cron", "1", "2030-01-08T11:00:00+01:00"),
+        ("cron", "1", "2086-01-07T11:00:00+01:00"),
+        ("retry", "2", "2086-01-07T11:00:00+01:00"),
+        ("retry", "3", "2086-01-07T11:00:00+01:00"),
+        ("cron", "1", "2086-01-08T11:00:00+01:00"),
     ]
 
 
@@ -129,7 +129,7 @@ def test_a_manual_run_serves_its_request_instant(tasks, make_scheduler):
     assert scheduler.wait_idle(timeout=10)
     [(_, trigger, attempt, scheduled_for, occurrence)] = contexts("ctx")
     assert (trigger, attempt) == ("manual", "1")
-    assert scheduled_for == occurrence == "2030-01-07T11:00:07+01:00"
+    assert scheduled_for == occurrence == "2086-01-07T11:00:07+01:00"
 
 
 def test_the_context_is_in_the_declarations_zone_whatever_the_row_says(tasks, make_scheduler):
@@ -149,7 +149,7 @@ def test_the_context_is_in_the_declarations_zone_whatever_the_row_says(tasks, ma
     assert scheduler.wait_idle(timeout=10)
     assert Run.objects.get(task__name="ctx").status == RunStatus.SUCCEEDED
     [(_, trigger, _, scheduled_for, _)] = contexts("ctx")
-    assert (trigger, scheduled_for) == ("manual", "2030-01-07T11:00:07+01:00")
+    assert (trigger, scheduled_for) == ("manual", "2086-01-07T11:00:07+01:00")
 
 
 def test_a_task_without_takes_context_gets_none(tasks, make_scheduler):
@@ -197,4 +197,4 @@ def test_a_lost_run_is_retried_as_the_next_attempt_of_its_occurrence(tasks, make
     assert scheduler.wait_idle(timeout=10)
 
     [(_, trigger, attempt, _, seen_occurrence)] = contexts("ctx")
-    assert (trigger, attempt, seen_occurrence) == ("retry", "3", "2030-01-07T10:00:00+01:00")
+    assert (trigger, attempt, seen_occurrence) == ("retry", "3", "2086-01-07T10:00:00+01:00")

@@ -23,7 +23,7 @@ INSTANTS = [
     T0.replace(microsecond=999_999),
     dt.datetime(1, 1, 1, tzinfo=dt.UTC),
     dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC),
-    dt.datetime(2030, 10, 27, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Berlin")),
+    dt.datetime(2086, 10, 27, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Berlin")),
     dt.datetime(1969, 12, 31, 23, 59, 59, 500_000, tzinfo=dt.UTC),
 ]
 
