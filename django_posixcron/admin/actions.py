@@ -206,7 +206,7 @@ class TaskStateActions(TaskAdminBase):
         if paused:
             done_to = _changed(queryset, targets, lambda rows: rows.pause(now))
             changed, unchanged = len(done_to), len(selected) - len(done_to)
-            log = "Tasks paused from the admin count=%d user=%s", "admin_pause"
+            log = "Task paused from the admin task=%s user=%s", "admin_pause"
             done = gettext("Paused.")
             text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
             same = ngettext(
@@ -215,13 +215,16 @@ class TaskStateActions(TaskAdminBase):
         else:
             done_to = _changed(queryset, targets, lambda rows: rows.resume(now))
             changed, unchanged = len(done_to), len(selected) - len(done_to)
-            log = "Tasks resumed from the admin count=%d user=%s", "admin_resume"
+            log = "Task resumed from the admin task=%s user=%s", "admin_resume"
             done = gettext("Resumed.")
             text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
             same = ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged)
         self._history(request, done_to, done)
+        # A line per task, as from the task page: who paused `nightly-report`, and when, is
+        # found by its name whichever way it was done.
+        for task in done_to:
+            self._log(request, *log, task.name)
         if changed:
-            self._log(request, *log, changed)
             self.message_user(request, text % {"count": changed}, messages.SUCCESS)
         if unchanged:
             self.message_user(request, same % {"count": unchanged}, messages.INFO)
@@ -295,9 +298,10 @@ class TaskStateActions(TaskAdminBase):
         for task in tasks:
             self.log_change(request, task, message)
 
-    def _log(self, request: HttpRequest, message: str, action: str, value: object) -> None:
-        """Log one state change; `message` ends with the value's and the user's fields."""
-        logger.info(message, value, request.user.get_username(), extra={"action": action})
+    def _log(self, request: HttpRequest, message: str, action: str, task: str) -> None:
+        """Log one task's state change; `message` ends with the task's and the user's fields."""
+        user = request.user.get_username()
+        logger.info(message, task, user, extra={"action": action, "task": task, "user": user})
 
     def _warn_retired(self, request: HttpRequest, count: int) -> None:
         if not count:

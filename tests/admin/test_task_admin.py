@@ -870,3 +870,32 @@ def test_a_staff_user_without_view_task_gets_403_before_any_query_of_the_app(db)
         response = client.get(LIST)
     assert response.status_code == 403
     assert not [q for q in captured.captured_queries if "django_posixcron" in q["sql"]]
+
+
+def test_pausing_and_resuming_from_the_list_log_a_line_per_task(operator, caplog):
+    """docs/admin.rst: "one per task so that History and the log name the tasks this request
+    changed" -- an auditor looking for who paused a task finds it by its name."""
+    first, second, paused = make_task(name="first"), make_task(name="second"), make_task(name="p")
+    Task.objects.filter(pk=paused.pk).update(paused=True)
+    client = client_for(operator)
+
+    def lines(action: str) -> list[tuple[str, str, str]]:
+        return sorted(
+            (r.getMessage(), r.task, r.user)
+            for r in caplog.records
+            if getattr(r, "action", "") == action
+        )
+
+    user = operator.username
+    with caplog.at_level("INFO", logger="django_posixcron"):
+        _act(client, "pause_selected", first, second, paused)
+        _act(client, "resume_selected", first, paused)
+
+    assert lines("admin_pause") == [
+        (f"Task paused from the admin task=first user={user}", "first", user),
+        (f"Task paused from the admin task=second user={user}", "second", user),
+    ]
+    assert lines("admin_resume") == [
+        (f"Task resumed from the admin task=first user={user}", "first", user),
+        (f"Task resumed from the admin task=p user={user}", "p", user),
+    ]
