@@ -727,3 +727,46 @@ def test_a_slow_enqueue_after_the_commit_does_not_hold_back_the_local_runs(world
     world.tick(T0)
 
     assert seen_started == [True]
+
+
+def test_the_worker_sends_task_failing_once_with_the_outcome_that_starts_the_episode(world):
+    """docs/running.rst: the worker sends the task_failing its outcome starts, once for the
+    fleet (the episode is marked with the outcome); the schedulers do not send it again."""
+    from django_posixcron.signals import task_failing
+
+    sent: list[tuple[str, int, bool]] = []
+
+    def on_failing(sender: object, task: Task, failures: int, paused: bool, **kwargs: Any) -> None:
+        sent.append((task.name, failures, paused))
+
+    world.settings(
+        {
+            "flaky": {
+                "schedule": "0 * * * *",
+                "callable": "tests.testapp.jobs.fail",
+                "retry_delay": 60,
+                "enqueue": True,
+                "pause_after_failures": 2,
+            }
+        }
+    )
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    task_failing.connect(on_failing)
+    try:
+        deliver(only_run("flaky"))
+        assert sent == []
+        retry_at = Task.objects.get(name="flaky").retry_at
+        assert retry_at is not None
+        world.tick(retry_at)
+        deliver(Run.objects.select_related("task").get(task__name="flaky", trigger="retry"))
+        assert sent == [("flaky", 2, True)]
+
+        task = Task.objects.get(name="flaky")
+        assert (task.paused, task.failing_signalled) == (True, True)
+        # A new scheduler's first tick looks for failing episodes nobody sent: none is owed.
+        world.start(retry_at + MINUTE)
+        world.tick(retry_at + MINUTE)
+        assert sent == [("flaky", 2, True)]
+    finally:
+        task_failing.disconnect(on_failing)
