@@ -331,8 +331,10 @@ def test_a_worker_records_the_timeout_it_cannot_stop(world):
         {
             "slow": {
                 "schedule": "0 * * * *",
-                "callable": "tests.testapp.jobs.sleep_for",
-                "kwargs": {"seconds": 2.5},
+                # Returns once the worker has recorded the timeout, however late it checks.
+                "callable": "tests.testapp.jobs.until_own_run",
+                "kwargs": {"status": "timed_out"},
+                "takes_context": True,
                 "timeout": 1,
                 "enqueue": True,
             }
@@ -666,8 +668,10 @@ def test_the_worker_heartbeats_the_run_while_it_executes(world):
         {
             "slow": {
                 "schedule": "0 * * * *",
-                "callable": "tests.testapp.jobs.sleep_for",
-                "kwargs": {"seconds": 2.5},
+                # Returns once the run's heartbeat is 1.5 s past its start; fails if none is.
+                "callable": "tests.testapp.jobs.until_own_run",
+                "kwargs": {"beaten_for": 1.5},
+                "takes_context": True,
                 "enqueue": True,
             }
         }
@@ -678,10 +682,10 @@ def test_the_worker_heartbeats_the_run_while_it_executes(world):
     deliver(only_run("slow"))
 
     run = only_run("slow")
-    assert run.status == RunStatus.SUCCEEDED
+    assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.started_at is not None
     assert run.heartbeat_at is not None
-    # POLL_INTERVAL is 1 s: the worker beat at least twice while the call slept.
+    # POLL_INTERVAL is 1 s: the worker beat at least twice while the call ran.
     assert run.heartbeat_at - run.started_at >= dt.timedelta(seconds=1.5)
 
 

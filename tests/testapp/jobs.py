@@ -163,6 +163,31 @@ def sleep_for(seconds: float = 60.0) -> None:
     time.sleep(seconds)
 
 
+def until_own_run(
+    context: Any, beaten_for: float | None = None, status: str = "", timeout: float = 30.0
+) -> None:
+    """Return once the run's own row shows a heartbeat `beaten_for` seconds past its start,
+    or the `status` (a timeout recorded while the call runs); fail after `timeout`.
+
+    A wait on the condition, not a sleep of a guessed length: on a loaded host a beat or a
+    timeout check may come late, and the call must not return before it does.
+    """
+    from django_posixcron.models import Run
+
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        started_at, beat_at, now = Run.objects.values_list(
+            "started_at", "heartbeat_at", "status"
+        ).get(pk=context.run_id)
+        if status and now == status:
+            return
+        beaten = beat_at - started_at if beat_at and started_at else None
+        if beaten_for is not None and beaten is not None and beaten.total_seconds() >= beaten_for:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"run {context.run_id}: neither beaten for {beaten_for} s nor {status!r}")
+
+
 # --- async callables in disguise (E026 and the executors' run-time refusal) ---
 
 
