@@ -15,7 +15,7 @@ from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
 from tests.factories import TaskFactory
 from tests.harness.charsets import utf8mb3_columns
-from tests.harness.world import HOUR, MINUTE, T0, hits, record, runs, task
+from tests.harness.world import HOUR, MINUTE, T0, World, hits, record, runs, task
 from tests.testapp.jobs import GATES
 from tests.testapp.models import Hit
 
@@ -432,21 +432,23 @@ def test_an_emoji_in_an_error_message_is_kept_where_the_column_stores_it(world):
     assert Run.objects.get(task__name="emoji").error == "ValueError: deploy failed \U0001f525"
 
 
-def test_a_run_that_leaves_a_transaction_open_does_not_break_the_next_runs(world, caplog):
-    # Django closes a connection inside an atomic block only halfway: every later run on the
-    # thread failed with "the connection is closed" until the scheduler restarted.
-    world.settings(
-        {
-            "open": job("open", "leave_atomic_open"),
-            "fine": record("fine", "0 * * * *"),
-        },
-        CONCURRENCY=1,
-    )
+def two_hours_on_one_thread(
+    world: World, caplog: pytest.LogCaptureFixture, name: str, function: str
+) -> None:
+    """Run `name` (jobs.`function`) and a task that writes, alternately on one worker thread,
+    for two hours: what one run leaves on the thread's connection meets the next."""
+    world.settings({name: job(name, function), "fine": record("fine", "0 * * * *")}, CONCURRENCY=1)
     world.start(T0)
     with caplog.at_level(logging.WARNING, logger="django_posixcron"):
         for hour in (T0, T0 + HOUR):
             world.tick(hour)  # one slot: one of the two runs
             world.tick(hour + SECOND)  # then the other, on the same thread
+
+
+def test_a_run_that_leaves_a_transaction_open_does_not_break_the_next_runs(world, caplog):
+    # Django closes a connection inside an atomic block only halfway: every later run on the
+    # thread failed with "the connection is closed" until the scheduler restarted.
+    two_hours_on_one_thread(world, caplog, "open", "leave_atomic_open")
     assert [r[1] for r in runs("open")] == ["succeeded", "succeeded"]
     assert [r[1] for r in runs("fine")] == ["succeeded", "succeeded"]
     assert hits("fine") == 2
@@ -477,18 +479,7 @@ def test_a_run_that_closes_the_driver_connection_keeps_its_slot_working(world, c
     # MySQL's close of a connection the run had already closed raises: it went up through the
     # worker thread's cleanup, the thread died and its slot was never given back, so with one
     # slot the scheduler never ran anything again.
-    world.settings(
-        {
-            "closer": job("closer", "close_driver_connection"),
-            "fine": record("fine", "0 * * * *"),
-        },
-        CONCURRENCY=1,
-    )
-    world.start(T0)
-    with caplog.at_level(logging.WARNING, logger="django_posixcron"):
-        for hour in (T0, T0 + HOUR):
-            world.tick(hour)  # one slot: one of the two runs
-            world.tick(hour + SECOND)  # then the other, on the same thread
+    two_hours_on_one_thread(world, caplog, "closer", "close_driver_connection")
     assert [r[1] for r in runs("closer")] == ["succeeded", "succeeded"]
     assert [r[1] for r in runs("fine")] == ["succeeded", "succeeded"]
     assert hits("closer") == hits("fine") == 2

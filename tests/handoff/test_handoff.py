@@ -24,7 +24,7 @@ from django_posixcron.handoff.enqueue import Enqueuer
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling import liveness
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
-from django_posixcron.signals import run_lost
+from django_posixcron.signals import run_lost, task_failing
 from django_posixcron.tasks import execute_run
 from tests.harness.waiting import wait_until
 from tests.harness.world import MINUTE, T0, hits, record
@@ -736,8 +736,6 @@ def test_a_slow_enqueue_after_the_commit_does_not_hold_back_the_local_runs(world
 def test_the_worker_sends_task_failing_once_with_the_outcome_that_starts_the_episode(world):
     """docs/running.rst: the worker sends the task_failing its outcome starts, once for the
     fleet (the episode is marked with the outcome); the schedulers do not send it again."""
-    from django_posixcron.signals import task_failing
-
     sent: list[tuple[str, int, bool]] = []
 
     def on_failing(sender: object, task: Task, failures: int, paused: bool, **kwargs: Any) -> None:
