@@ -17,7 +17,6 @@ import copy
 import dataclasses
 import datetime as dt
 import json
-import logging
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -30,11 +29,12 @@ from django.utils import timezone as dj_timezone
 from django_posixcron.db import IDLE_IN_TRANSACTION_LIMIT, LockNotGranted, app_alias, database_now
 from django_posixcron.declarations import TaskDeclaration, load_declarations
 from django_posixcron.deployments import Peer, live_peers
+from django_posixcron.log import get_logger
 from django_posixcron.models import SchedulerProcess, Task
 from django_posixcron.scheduling import bulk
 from django_posixcron.timing import first_cursor, in_zone, served_occurrence
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Task fields copied from a declaration. `paused`, the cursor's runtime companions and the
 # last-run summary are deliberately absent: reconciliation never touches them.

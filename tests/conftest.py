@@ -31,6 +31,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _logging_errors_reported_afresh() -> None:
+    """Each test sees the first logging error of each kind reported, whatever ran before."""
+    from django_posixcron.log import _reports
+
+    _reports.clear()
+
+
 @pytest.fixture
 def posixcron(settings):
     """Return a function that replaces settings.POSIXCRON for one test (defaults kept)."""

@@ -6,7 +6,6 @@ of what each change writes lives in one place, beside the model.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +28,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import clock, live_processes, runs_of_history
 from django_posixcron.db import database_now
+from django_posixcron.log import get_logger
 from django_posixcron.models import Overlap, Run, RunQuerySet, Task, TaskQuerySet
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ else:
     # ModelAdmin is only subscriptable at run time with django-stubs-ext's monkeypatch.
     TaskAdminBase = admin.ModelAdmin
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 PAUSE_PERMISSION = "django_posixcron.pause_task"
 RESUME_PERMISSION = "django_posixcron.resume_task"

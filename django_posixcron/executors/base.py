@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
-import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -13,7 +12,9 @@ from typing import Any, NoReturn, Protocol
 
 from django.db import DatabaseError, connections
 
-logger = logging.getLogger("django_posixcron.executors")
+from django_posixcron.log import get_logger
+
+logger = get_logger("django_posixcron.executors")
 
 
 class Declared(Protocol):

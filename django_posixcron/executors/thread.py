@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 import queue
 import threading
 from collections.abc import Callable
 
 from django_posixcron.executors.base import Declared, close_connections, refuse_unrun
+from django_posixcron.log import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # The worker threads, of any pool, inside a call of task code (a run that timed out or was
 # recorded interrupted can still be in one).

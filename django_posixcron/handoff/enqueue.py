@@ -9,7 +9,6 @@ the enqueue leaves the run queued without a message, and its start_deadline make
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import traceback
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from django.db import transaction
 
 from django_posixcron.executors.base import describe_exception
 from django_posixcron.handoff import framework
+from django_posixcron.log import get_logger
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling.bulk import update_many
 from django_posixcron.scheduling.outcomes import Outcome, cap
@@ -25,7 +25,7 @@ from django_posixcron.scheduling.outcomes import Outcome, cap
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
 
-logger = logging.getLogger("django_posixcron.scheduler.handoff")
+logger = get_logger("django_posixcron.scheduler.handoff")
 
 
 def queue(run: Run, declaration: TaskDeclaration, now: dt.datetime) -> None:

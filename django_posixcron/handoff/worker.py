@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import logging
 import os
 import signal
 import socket
@@ -44,6 +43,7 @@ from django_posixcron.db import (
 from django_posixcron.declarations import TaskDeclaration, collect, describe_problems
 from django_posixcron.declarations.problems import Problem
 from django_posixcron.executors.base import describe_exception, refuse_unrun
+from django_posixcron.log import get_logger
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.outcomes import (
@@ -55,7 +55,7 @@ from django_posixcron.scheduling.outcomes import (
 )
 from django_posixcron.signals import run_started
 
-logger = logging.getLogger("django_posixcron.worker")
+logger = get_logger("django_posixcron.worker")
 
 # How long a worker tries to record a run's outcome while the database is away (a restart,
 # a failover): longer than the stale limit, after which the schedulers mark the run lost,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -12,8 +11,9 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
 from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone
+from django_posixcron.log import get_logger
 
-logger = logging.getLogger("django_posixcron.scheduler")
+logger = get_logger("django_posixcron.scheduler")
 
 
 def command_alias(override: str | None) -> str:

@@ -23,12 +23,13 @@ from django.db import connections, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from django_posixcron.log import get_logger
 from django_posixcron.models import OverdueAlert, Task
 from django_posixcron.scheduling import bulk
 from django_posixcron.scheduling.outcomes import Notifier
 from django_posixcron.signals import task_failing, task_overdue
 
-logger = logging.getLogger("django_posixcron.scheduler.alerts")
+logger = get_logger("django_posixcron.scheduler.alerts")
 
 # At most this many overdue tasks are signalled per tick: a fleet that stopped for an hour
 # must not spend one tick sending thousands of signals; the rest follow at the next ticks.

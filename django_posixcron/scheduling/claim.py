@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -16,6 +15,7 @@ from django.db.models.signals import post_init, pre_init
 
 from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
+from django_posixcron.log import get_logger
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling import bulk, rules
 from django_posixcron.scheduling.alerts import any_overdue
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.claim")
+logger = get_logger("django_posixcron.scheduler.claim")
 
 # Tasks whose stored definition differs from ours are left out of the claim query, then
 # looked at again after this long, so a rolling deploy that settles is noticed within a minute.

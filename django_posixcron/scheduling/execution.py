@@ -23,6 +23,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django_posixcron.context import RunContext
 from django_posixcron.db import one_line, outage
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
+from django_posixcron.log import get_logger
 from django_posixcron.models import Run, RunStatus
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.outcomes import (
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.execution")
+logger = get_logger("django_posixcron.scheduler.execution")
 
 # While waiting for runs (a shutdown's grace, --once), outcomes of the runs that returned are
 # written at least this often, not only once every run has ended.

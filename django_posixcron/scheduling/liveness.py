@@ -7,7 +7,6 @@ code or signal receivers are doing."
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import os
 import socket
 import time
@@ -20,6 +19,7 @@ from django.utils import timezone as dj_timezone
 
 from django_posixcron import __version__
 from django_posixcron.db import DatabaseNow, database_now, has_clock, one_line, own_connection
+from django_posixcron.log import get_logger
 from django_posixcron.models import Run, RunStatus, SchedulerProcess
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
@@ -27,7 +27,7 @@ from django_posixcron.scheduling.periodic import Periodic
 from django_posixcron.scheduling.watchdog import Watchdog
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.liveness")
+logger = get_logger("django_posixcron.scheduler.liveness")
 
 
 def register(using: str, now: dt.datetime, declaration_set: str = "") -> SchedulerProcess:

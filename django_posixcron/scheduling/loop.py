@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -40,6 +39,7 @@ from django_posixcron.db import (
     own_connection,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
+from django_posixcron.log import get_logger
 from django_posixcron.models import Run, SchedulerProcess, Task, earliest
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, Peek, peek
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
     from django_posixcron.reconcile import Plan
 
-logger = logging.getLogger("django_posixcron.scheduler")
+logger = get_logger("django_posixcron.scheduler")
 _T = TypeVar("_T")
 
 # "The scheduler warns at start-up when host and database clocks differ by more than a second."

@@ -4,17 +4,17 @@ of overdue episodes that ended."""
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from collections.abc import Callable
 
 from django.db.models import Q
 
+from django_posixcron.log import get_logger
 from django_posixcron.models import DeclarationSet, Run, SchedulerProcess
 from django_posixcron.scheduling.alerts import prune_ended_episodes
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.maintenance")
+logger = get_logger("django_posixcron.scheduler.maintenance")
 
 # Retention is counted in days, so pruning once an hour per process is plenty; batches keep
 # each DELETE short so it never holds locks that claims wait on.

@@ -18,6 +18,7 @@ from django.utils import timezone as dj_timezone
 
 from django_posixcron import signals
 from django_posixcron.conf import get_settings
+from django_posixcron.log import get_logger
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.bulk import update_many
@@ -26,7 +27,7 @@ from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.signals import run_finished, run_lost, task_failing, task_overdue
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.outcomes")
+logger = get_logger("django_posixcron.scheduler.outcomes")
 
 # Error texts and tracebacks are kept whole up to this size; past it an error keeps its start,
 # a traceback its first frames and its tail, where the failing frame and the message are. A

@@ -11,12 +11,12 @@ what it deferred, and retires what only the gone set declared (a canary taken aw
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from django_posixcron.db import database_now
 from django_posixcron.deployments import live_digests, record
+from django_posixcron.log import get_logger
 from django_posixcron.reconcile import Peers, Plan, reconcile
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from django_posixcron.models import SchedulerProcess
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.rollout")
+logger = get_logger("django_posixcron.scheduler.rollout")
 
 
 class Rollout:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from django_posixcron.db import one_line, own_connection
+from django_posixcron.log import get_logger
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
 from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from django_posixcron.scheduling.loop import Scheduler
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.shutdown")
+logger = get_logger("django_posixcron.scheduler.shutdown")
 
 # "A second signal ends the process within 2 s." The forced exit's writes are bounded by a
 # statement timeout of this long; a timer ends the process at FORCED_EXIT_LIMIT whatever

@@ -11,16 +11,16 @@ loop's tick or a heartbeat has waited longer than its limit, and once when the w
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from django_posixcron.log import get_logger
 from django_posixcron.scheduling.periodic import Periodic
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
-logger = logging.getLogger("django_posixcron.scheduler.watchdog")
+logger = get_logger("django_posixcron.scheduler.watchdog")
 
 # What each watched part is called in the log lines.
 PARTS = {

@@ -7,6 +7,7 @@ parent and children share it), the POSIXCRON dict and, optionally, the LOGGING l
 
 import json
 import os
+from typing import Any
 
 from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES
@@ -37,14 +38,29 @@ if "EMPTY_DB_NAME" in _config:
     if _config.get("ROUTER", True):
         DATABASE_ROUTERS = ["tests.testapp.routers.CronRouter"]
 
+_handlers: dict[str, Any] = {
+    "console": {"class": "logging.StreamHandler", "formatter": "timed"},
+}
+if _config.get("RAISING_HANDLER"):
+    # A project's handler that raises where logging's own would call handleError(): a log
+    # collector's handler with its collector down. First, so that no record reaches the
+    # console.
+    import logging as _logging
+
+    class _CollectorDown(_logging.Handler):
+        def emit(self, record: _logging.LogRecord) -> None:
+            raise ConnectionRefusedError(111, "the log collector refused the connection")
+
+    _handlers = {"collector": {"()": _CollectorDown}, **_handlers}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "timed": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s %(message)s"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
-    "loggers": {"django_posixcron": {"handlers": ["console"], "level": "INFO"}},
+    "handlers": _handlers,
+    "loggers": {"django_posixcron": {"handlers": list(_handlers), "level": "INFO"}},
 }
 
 if "HOST_CLOCK_FILE" in _config:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import sys
@@ -26,6 +25,7 @@ from django_posixcron.db import (
 )
 from django_posixcron.executors.base import exit_without_waiting
 from django_posixcron.executors.thread import threads_in_task_code
+from django_posixcron.log import get_logger
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -178,7 +178,7 @@ class Command(BaseCommand):
             with contextlib.suppress(AttributeError, ValueError):
                 stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         if os.getpid() == 1:
-            logging.getLogger("django_posixcron.scheduler").warning(
+            get_logger("django_posixcron.scheduler").warning(
                 "running as PID 1 (a container without an init): orphaned processes that "
                 "task code leaves are never reaped, and a signal that comes before the "
                 "scheduler handles it is ignored; run it under an init (docker run --init, "
@@ -200,7 +200,7 @@ class Command(BaseCommand):
             if not (left := _threads_left_running()):
                 return
             code = 0
-        logging.getLogger("django_posixcron.scheduler").warning(
+        get_logger("django_posixcron.scheduler").warning(
             "exiting without waiting for %d thread(s) task code left running: %s",
             len(left),
             ", ".join(thread.name for thread in left),
