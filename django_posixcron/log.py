@@ -10,7 +10,8 @@ a tick, and a run-started line that raised failed a run whose callable never ran
 Every logger of this package is a `BestEffortLogger`: what a handler or filter raises is
 written to stderr as `handleError()` would (not at all when `logging.raiseExceptions` is
 False), the record is lost to that handler and to any after it, and the caller goes on. The
-same error is printed once a minute at most, with the number of records it lost since.
+same error (its type, raised by the same line) is printed once a minute at most, with the
+number of records it lost since.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ __all__ = ["BestEffortLogger", "get_logger"]
 
 #: The least time between two reports of the same logging error.
 REPORT_EVERY = 60.0
+#: The most errors remembered: a long-lived process forgets the oldest past this.
+REMEMBERED = 256
 
 
 class _Reports:
@@ -35,17 +38,26 @@ class _Reports:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._last: dict[tuple[type, str], tuple[float, int]] = {}
+        self._last: dict[tuple[object, ...], tuple[float, int]] = {}
 
-    def due(self, key: tuple[type, str]) -> int | None:
-        """The records lost since the last report of `key` if it is reported now, else None."""
+    def due(self, error: BaseException) -> int | None:
+        """The records lost to `error`'s kind since its last report if it is reported now,
+        else None.
+
+        An error's kind is its type and the line that raised it, not its message: a handler
+        whose message names each record it could not send is one error, not one per record.
+        """
+        frames = traceback.extract_tb(error.__traceback__)
+        key = (type(error), *((frames[-1].filename, frames[-1].lineno) if frames else ()))
         now = self.clock()
         with self._lock:
-            last = self._last.get(key)
+            last = self._last.pop(key, None)
             if last is not None and now - last[0] < REPORT_EVERY:
                 self._last[key] = (last[0], last[1] + 1)
                 return None
             self._last[key] = (now, 0)
+            if len(self._last) > REMEMBERED:
+                del self._last[next(iter(self._last))]
             return 0 if last is None else last[1]
 
     def clear(self) -> None:
@@ -67,7 +79,7 @@ def _report(
     if error is None:  # pragma: no cover - only called from an except block
         return
     try:
-        lost = _reports.due((type(error), str(error)))
+        lost = _reports.due(error)
         if lost is None:
             return
         action = extra.get("action", "") if isinstance(extra, Mapping) else ""

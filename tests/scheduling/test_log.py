@@ -131,10 +131,23 @@ def test_the_same_error_is_reported_once_a_minute_with_what_it_lost(
         "most once every 60 s.\n"
     ) in err
 
+    # The same error with another message (one naming the record it lost) is the same.
+    underlying.handlers[0] = Raising(ConnectionRefusedError(111, "record 7 not sent"))
+    logger.info("same")
+    assert capsys.readouterr().err == ""
     # Another error is news: reported at once.
-    underlying.handlers[0] = Raising(ConnectionRefusedError(111, "collector still down"))
+    underlying.handlers[0] = Raising(TimeoutError("collector too slow"))
     logger.info("other")
-    assert "collector still down" in capsys.readouterr().err
+    assert "TimeoutError: collector too slow" in capsys.readouterr().err
+
+
+def test_a_long_lived_process_remembers_a_bounded_number_of_errors(clock: list[float]) -> None:
+    kinds = [type(f"Error{n}", (Exception,), {}) for n in range(log.REMEMBERED + 1)]
+    assert [log._reports.due(kind()) for kind in kinds] == [0] * len(kinds)
+    assert len(log._reports._last) == log.REMEMBERED
+    # The oldest is forgotten (news again), the newest still throttled.
+    assert log._reports.due(kinds[-1]()) is None
+    assert log._reports.due(kinds[0]()) == 0
 
 
 def test_a_filter_that_raises_is_caught_too(
