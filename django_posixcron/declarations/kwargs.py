@@ -27,6 +27,11 @@ MAX_JSON_DEPTH = 31
 # tasks at this size stay well inside it. Arguments this large belong in a file or a table.
 MAX_KWARGS_BYTES = 65_536
 
+# The integers every supported database's JSON stores exactly: MySQL's JSON type keeps signed
+# and unsigned 64-bit integers and turns larger ones into doubles, rounded (PostgreSQL's jsonb,
+# MariaDB's and SQLite's JSON text keep any integer).
+JSON_INTEGERS = range(-(2**63), 2**64)
+
 JSON_HINT = (
     "Use only str, int, float (finite), bool, None, lists and dicts with str keys: the "
     "arguments are stored in the database."
@@ -89,7 +94,41 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
     if has_surrogate(normalised):
         hint = "Decode the text properly (it is not valid Unicode), or pass it as base64."
         raise Invalid(E_KWARGS_JSON, Form.GOT, SURROGATE_DETAIL, hint)
+    if (big := _outside_json_integers(normalised, ())) is not None:
+        keys, number = big
+        at = path
+        for step in keys:
+            at = at / step
+        detail = (
+            f"holds the integer {number} at {at}, outside the 64-bit range MySQL's JSON stores "
+            "exactly (it keeps a rounded float: the admin would show another number, and the "
+            "stored definition would differ from settings at every start)"
+        )
+        hint = "Pass such a number as a str, and convert it with int() in the task."
+        raise Invalid(E_KWARGS_JSON, Form.GOT, detail, hint)
     return normalised
+
+
+def _outside_json_integers(
+    value: object, keys: tuple[object, ...]
+) -> tuple[tuple[object, ...], int] | None:
+    """Return the keys leading to the first integer in `value` outside JSON_INTEGERS, and it.
+
+    `value` is parsed JSON no deeper than MAX_JSON_DEPTH: recursion is safe.
+    """
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        if type(value) is int and value not in JSON_INTEGERS:
+            return keys, value
+        return None
+    for key, item in items:
+        found = _outside_json_integers(item, (*keys, key))
+        if found is not None:
+            return found
+    return None
 
 
 def _non_str_key(

@@ -158,3 +158,38 @@ def test_kwargs_at_the_size_limit_are_stored_as_declared():
     assert problems == []
     reconcile(declarations=declarations)
     assert Task.objects.get(name="t").kwargs == {"label": blob}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "where", "number"),
+    [
+        ({"n": 2**64}, "['n']", 2**64),
+        ({"n": -(2**63) - 1}, "['n']", -(2**63) - 1),
+        ({"ids": [1, {"big": 10**30}]}, "['ids'][1]['big']", 10**30),
+    ],
+)
+def test_an_integer_mysql_would_round_is_refused_with_its_path(kwargs, where, number):
+    # MySQL's JSON keeps 64-bit integers and rounds larger ones to a double: the admin showed
+    # another number, and the stored definition differed from settings at every start.
+    check_id, msg, hint = only_problem(kwargs)
+    assert check_id == "posixcron.E015"
+    assert msg == (
+        f"{KWARGS} holds the integer {number} at {KWARGS}{where}, outside the 64-bit range "
+        "MySQL's JSON stores exactly (it keeps a rounded float: the admin would show another "
+        "number, and the stored definition would differ from settings at every start). "
+        f"Got {kwargs!r}."
+    )
+    assert hint == "Pass such a number as a str, and convert it with int() in the task."
+
+
+@pytest.mark.django_db
+def test_integers_at_the_ends_of_the_range_are_stored_and_read_back_exactly():
+    kwargs = {"least": -(2**63), "most": 2**64 - 1, "signed": 2**63 - 1, "flag": True, "x": 1.5}
+    declarations, problems = collect(
+        {"TASKS": {"t": task(callable="tests.testapp.jobs.takes_anything", kwargs=kwargs)}}
+    )
+    assert problems == []
+    reconcile(declarations=declarations)
+    assert Task.objects.get(name="t").kwargs == kwargs
+    # Read back as declared: a second reconcile finds nothing to change.
+    assert reconcile(declarations=declarations).unchanged == ["t"]
