@@ -47,8 +47,10 @@ class _Reports:
         An error's kind is its type and the line that raised it, not its message: a handler
         whose message names each record it could not send is one error, not one per record.
         """
-        frames = traceback.extract_tb(error.__traceback__)
-        key = (type(error), *((frames[-1].filename, frames[-1].lineno) if frames else ()))
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        key = (type(error),) if tb is None else (type(error), tb.tb_frame.f_code, tb.tb_lineno)
         now = self.clock()
         with self._lock:
             last = self._last.pop(key, None)
@@ -88,9 +90,9 @@ def _report(
             *traceback.format_exception(error),
             f"Logger {logger.name!r}, level {logging.getLevelName(level)}"
             + (f", action {action!r}" if action else "")
-            + f": the record {msg!r} (arguments {args!r}) is lost to the handler that raised"
-            " and to the handlers after it; the scheduler goes on. A handler that cannot"
-            " emit a record should call handleError() rather than raise.\n",
+            + f": the record {msg!r} (arguments {args!r}) is lost to the handler or filter"
+            " that raised and to the handlers after it; the scheduler goes on. A handler"
+            " that cannot emit a record should call handleError() rather than raise.\n",
         ]
         if lost:
             lines.append(

@@ -101,9 +101,9 @@ def test_a_handler_that_raises_costs_the_record_and_is_reported(
     assert "OSError: [Errno 28] No space left on device\n" in err
     assert (
         f"Logger '{NAME}', level WARNING, action 'run_started': the record 'disk %s' "
-        "(arguments ('full',)) is lost to the handler that raised and to the handlers after "
-        "it; the scheduler goes on. A handler that cannot emit a record should call "
-        "handleError() rather than raise.\n"
+        "(arguments ('full',)) is lost to the handler or filter that raised and to the "
+        "handlers after it; the scheduler goes on. A handler that cannot emit a record should "
+        "call handleError() rather than raise.\n"
     ) in err
 
 
