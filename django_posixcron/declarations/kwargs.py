@@ -100,7 +100,7 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         for step in keys:
             at = at / step
         detail = (
-            f"holds the integer {number} at {at}, outside the 64-bit range MySQL's JSON stores "
+            f"holds the integer {show(number)} at {at}, outside the 64-bit range MySQL's JSON stores "
             "exactly (it keeps a rounded float: the admin would show another number, and the "
             "stored definition would differ from settings at every start)"
         )

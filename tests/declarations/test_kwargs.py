@@ -193,3 +193,11 @@ def test_integers_at_the_ends_of_the_range_are_stored_and_read_back_exactly():
     assert Task.objects.get(name="t").kwargs == kwargs
     # Read back as declared: a second reconcile finds nothing to change.
     assert reconcile(declarations=declarations).unchanged == ["t"]
+
+
+def test_a_huge_integer_is_shown_shortened():
+    check_id, msg, _ = only_problem({"n": 10**4000})
+    assert check_id == "posixcron.E015"
+    assert msg.startswith(f"{KWARGS} holds the integer 1000000000")
+    assert "... (4001 characters) at " in msg
+    assert len(msg) < 1000
