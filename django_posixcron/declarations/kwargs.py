@@ -100,9 +100,9 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         for step in keys:
             at = at / step
         detail = (
-            f"holds the integer {show(number)} at {at}, outside the 64-bit range MySQL's JSON stores "
-            "exactly (it keeps a rounded float: the admin would show another number, and the "
-            "stored definition would differ from settings at every start)"
+            f"holds the integer {show(number)} at {at}, outside the 64-bit range MySQL's JSON "
+            "stores exactly (it keeps a rounded float: the admin would show another number, "
+            "and the stored definition would differ from settings at every start)"
         )
         hint = "Pass such a number as a str, and convert it with int() in the task."
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, hint)
