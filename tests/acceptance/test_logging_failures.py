@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -28,6 +29,7 @@ def test_a_handler_that_raises_on_every_record_loses_records_not_runs(
         },
         extra={"RAISING_HANDLER": True},
     )
+    began = time.monotonic()
     (child,) = schedulers.start_live(1)
     Task.objects.get(name="ok").request_run()
     Task.objects.get(name="bad").request_run()
@@ -48,12 +50,13 @@ def test_a_handler_that_raises_on_every_record_loses_records_not_runs(
     child.signal(signal.SIGTERM)
     assert child.wait() == 0
     output = child.output()
-    # The error is reported once, with what it cost, not once per record (nor never)...
-    assert output.count(REPORT) == 1, output
+    # The error is reported once a minute, with what it cost, not once per record (nor never).
+    minutes = int((time.monotonic() - began) // 60)
+    assert 1 <= output.count(REPORT) <= 1 + minutes, output
     assert "ConnectionRefusedError: [Errno 111] the log collector refused" in output
     assert "Logger 'django_posixcron.scheduler', level INFO, action 'scheduler_started'" in output
     assert "should call handleError() rather than raise" in output
-    # ... and no record reached the console handler after the one that raised.
+    # No record reached the console handler after the one that raised.
     assert "run started task=ok" not in output
     assert "scheduler stopped" not in output
 
