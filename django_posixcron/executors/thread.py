@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import queue
 import threading
@@ -149,13 +148,9 @@ class ThreadExecutor:
     def _note_saturation(self) -> None:
         """Log once when stuck calls start to keep slots from new runs, and once when not.
 
-        Called with the pool's lock held, from a worker thread giving its slot back: a logging
-        handler that raises must take neither the thread nor the slot's release with it.
+        Called with the pool's lock held, from a worker thread giving its slot back (the
+        package's loggers never raise: a handler that does loses its record, not the slot).
         """
-        with contextlib.suppress(Exception):
-            self._log_saturation()
-
-    def _log_saturation(self) -> None:
         stuck = len(self._calls - self._busy)
         if stuck > self.concurrency and not self._saturation_logged:
             self._saturation_logged = True
@@ -205,10 +200,8 @@ class ThreadExecutor:
                 contextvars.Context().run(job)
             except BaseException:
                 # The job records its own outcome; anything reaching here is a bug in it, and
-                # a worker thread must never take the process down, nor end: a logging
-                # handler that raises here too would take the thread, and its slot with it.
-                with contextlib.suppress(Exception):
-                    logger.exception("run job crashed", extra={"action": "executor_error"})
+                # a worker thread must never take the process down, nor end.
+                logger.exception("run job crashed", extra={"action": "executor_error"})
             finally:
                 try:
                     # Each run ends with its thread's connections closed, so a long-lived

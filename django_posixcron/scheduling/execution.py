@@ -168,9 +168,8 @@ class Runs:
         """Run one task in the executor's thread and queue its outcome."""
         run = inflight.run
         status, error, tb = RunStatus.SUCCEEDED, "", ""
-        # Everything from here on is in the try, the log line too: a logging handler that
-        # raises (instead of calling handleError()) ended this thread with the run `running`
-        # under a live heartbeat, never lost nor retried, and its task skipped from then on.
+        # Everything from here on is in the try: anything that raised out of it ended this
+        # thread with the run `running` under a live heartbeat, never lost nor retried.
         try:
             if logger.isEnabledFor(logging.INFO):
                 logger.info(
