@@ -60,9 +60,7 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT) from None
     if bad_key:
         keys, key = bad_key
-        key_path = path
-        for step in keys:
-            key_path = key_path / step
+        key_path = _under(path, keys)
         detail = (
             f"is not JSON-serialisable as declared: the key at {key_path} is "
             f"{type(key).__name__} {show(key)}, not a str (JSON would turn it into a str or "
@@ -96,9 +94,7 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         raise Invalid(E_KWARGS_JSON, Form.GOT, SURROGATE_DETAIL, hint)
     if (big := _outside_json_integers(normalised, ())) is not None:
         keys, number = big
-        at = path
-        for step in keys:
-            at = at / step
+        at = _under(path, keys)
         detail = (
             f"holds the integer {show(number)} at {at}, outside the 64-bit range MySQL's JSON "
             "stores exactly (it keeps a rounded float: the admin would show another number, "
@@ -107,6 +103,13 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         hint = "Pass such a number as a str, and convert it with int() in the task."
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, hint)
     return normalised
+
+
+def _under(path: KeyPath, keys: tuple[object, ...]) -> KeyPath:
+    """Return the path of the value `keys` lead to from `path`."""
+    for step in keys:
+        path = path / step
+    return path
 
 
 def _outside_json_integers(
