@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
-from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone
+from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone, one_line, outage
 from django_posixcron.log import get_logger
 
 logger = get_logger("django_posixcron.scheduler")
@@ -22,6 +22,15 @@ def command_alias(override: str | None) -> str:
         return app_alias(override)
     except ImproperlyConfigured as exc:
         raise CommandError(str(exc)) from None
+
+
+def refused(away: str, exc: BaseException, what: str = "the start-up") -> str:
+    """The one line a command stops with on a database error: "The database `away`" for an
+    outage (worth trying again as it is), "The database refused `what`" for a refusal that
+    would fail again (a role without the privileges, a file that is not an SQLite database)."""
+    if outage(exc):
+        return f"The database {away}: {one_line(exc)}"
+    return f"The database refused {what}: {one_line(exc)}"
 
 
 def add_database_option(parser: CommandParser) -> None:

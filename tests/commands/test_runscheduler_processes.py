@@ -8,7 +8,9 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -105,6 +107,63 @@ def test_once_says_the_database_is_unavailable_and_exits_1_without_a_traceback(
     [line] = [line for line in result.stderr.splitlines() if "is unavailable" in line]
     assert len(line) > len("CommandError: The database is unavailable: ")  # the reason
     assert not Run.objects.exists()
+
+
+@pytest.fixture
+def refusing_database(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Settings for a database that answers but refuses what the commands ask: on SQLite a
+    file that is not a database, on PostgreSQL a role with no privilege on the app's tables
+    (a deploy that gave the scheduler the web's read-only role, say)."""
+    if connection.vendor == "sqlite":
+        junk = tmp_path / "junk.sqlite3"
+        junk.write_text("this is not a database\n" * 100)
+        yield {"db_name": str(junk)}
+        return
+    only_on("sqlite", "postgresql", why="a role's privileges are PostgreSQL's here")
+    role = f"posixcron_nobody_{os.getpid()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        yield {"extra": {"DB_SETTINGS": {"USER": role, "PASSWORD": ""}}}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("runscheduler",), ("runscheduler", "--once"), ("runscheduler", "--check")],
+    ids=["loop", "once", "check"],
+)
+def test_a_database_that_refuses_the_commands_is_one_line_and_exit_1(
+    schedulers: Schedulers, refusing_database: dict[str, Any], command: tuple[str, ...]
+) -> None:
+    # --once and --check caught connection errors only: a refusal (permission denied, "file
+    # is not a database") ended them with the driver's traceback, where the loop's start-up
+    # said it in one line.
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")}, **refusing_database)
+    result = schedulers.manage(*command)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Traceback" not in output
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("CommandError")]
+    refused = "refused the check" if "--check" in command else "refused the start-up"
+    assert f"The database {refused}: " in line, output
+    reason = "permission denied" if connection.vendor == "postgresql" else "not a database"
+    assert reason in line, output
+
+
+def test_schedulerstatus_says_a_refusal_is_not_an_outage(
+    schedulers: Schedulers, refusing_database: dict[str, Any]
+) -> None:
+    schedulers.configure({"minutely": record_task("minutely", "* * * * *")}, **refusing_database)
+    for args in ((), ("--json",)):
+        result = schedulers.manage("schedulerstatus", *args)
+        output = result.stdout + result.stderr
+        assert result.returncode == 1, output
+        assert "Traceback" not in output
+        assert "database refused the status query: " in result.stderr, output
+        assert "unavailable" not in output
 
 
 def test_the_loop_waits_for_a_database_that_is_down_at_start_up(

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, connections
 
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     bound_idle_transactions,
     database_now,
     one_line,
-    outage,
     own_connection,
     with_connection_timeouts,
 )
@@ -34,6 +33,7 @@ from django_posixcron.management.common import (
     non_negative_float,
     poll_interval,
     positive_int,
+    refused,
 )
 
 if TYPE_CHECKING:
@@ -260,8 +260,11 @@ class Command(BaseCommand):
             # due-ness by: a host whose clock runs ahead would print tomorrow for today.
             now = database_now(using)
             plan = reconcile(check_only=True, declarations=declarations, using=using, now=now)
-        except (OperationalError, InterfaceError) as exc:
-            raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
+        except DatabaseError as exc:
+            # Away (try again later), or refusing what was asked: a role without the
+            # privileges, a file that is not an SQLite database. Either way one line, not a
+            # traceback in the deploy pipeline.
+            raise CommandError(refused("is unavailable", exc, "the check")) from None
         if plan.is_empty:
             self.stdout.write("The database matches settings: nothing to reconcile.")
             return
@@ -328,15 +331,13 @@ class Command(BaseCommand):
         # Driven from system cron: the next invocation is the retry, so say why and exit.
         try:
             database = scheduler.starting_up(prepare)
-        except (OperationalError, InterfaceError) as exc:
-            if outage(exc):
-                raise CommandError(f"The database is unavailable: {one_line(exc)}") from None
-            raise CommandError(f"The database refused the start-up: {one_line(exc)}") from None
+        except DatabaseError as exc:
+            raise CommandError(refused("is unavailable", exc)) from None
         self._summary(scheduler, database)
         try:
             result = scheduler.run_once()
-        except (OperationalError, InterfaceError) as exc:
-            raise CommandError(f"The database became unavailable: {one_line(exc)}") from None
+        except DatabaseError as exc:
+            raise CommandError(refused("became unavailable", exc, "the tick")) from None
         queued = f", handed off {len(result.queued)} to workers" if result.queued else ""
         if self.verbosity:
             self.stdout.write(

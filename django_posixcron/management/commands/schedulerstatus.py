@@ -14,7 +14,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now, one_line, with_connection_timeouts
+from django_posixcron.db import (
+    app_alias,
+    database_now,
+    one_line,
+    outage,
+    with_connection_timeouts,
+)
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
@@ -212,7 +218,9 @@ class Command(BaseCommand):
             # deploy step, not an outage: say which.
             with contextlib.suppress(DatabaseError):
                 check_migrated(using)
-            raise CommandError(f"database unavailable: {one_line(exc)}", returncode=1) from exc
+            # A refusal is not an outage: a role without the privileges needs a fix, not a wait.
+            said = "unavailable" if outage(exc) else "refused the status query"
+            raise CommandError(f"database {said}: {one_line(exc)}", returncode=1) from exc
 
     def _print(self, status: Status) -> None:
         write, now = self.stdout.write, status.now
