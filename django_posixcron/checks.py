@@ -14,7 +14,19 @@ if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
 
 W_SQLITE_DEFERRED = "posixcron.W001"
+W_NOT_SET = "posixcron.W004"
 E_UNKNOWN_ALIAS = "posixcron.E036"
+
+NOT_SET = "settings.POSIXCRON is not set: no task is declared."
+DECLARE = (
+    'Declare the tasks in POSIXCRON = {"TASKS": {...}}, or set POSIXCRON = {"TASKS": {}} to '
+    "declare none on purpose."
+)
+NOT_SET_HINT = (
+    f"{DECLARE} runscheduler refuses to start without the setting: a settings module that "
+    "lacks it (a misspelt name, the web's settings given to the scheduler) would otherwise "
+    "retire every task in the database."
+)
 
 
 @checks.register()
@@ -49,6 +61,14 @@ def unchecked_call_warnings(
             p = problem(KeyPath() / "TASKS" / name / "callable", dotted, found)
             messages.append(checks.Warning(p.msg, hint=p.hint, obj=None, id=p.id))
     return messages
+
+
+@checks.register()
+def check_setting_is_set(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn when settings.POSIXCRON is missing altogether (an empty TASKS is no mistake)."""
+    if hasattr(settings, "POSIXCRON"):
+        return []
+    return [checks.Warning(NOT_SET, hint=NOT_SET_HINT, obj=None, id=W_NOT_SET)]
 
 
 @checks.register()

@@ -166,6 +166,34 @@ def test_schedulerstatus_says_a_refusal_is_not_an_outage(
         assert "unavailable" not in output
 
 
+def test_settings_without_posixcron_retire_nothing(schedulers: Schedulers) -> None:
+    # A misspelt setting (POSIXCRONS = {...}) or the web's settings module given to the
+    # scheduler declared no task: the scheduler started, retired every task and dropped the
+    # retry a failed run was owed, with no word above INFO.
+    schedulers.configure({"fails": task("tests.testapp.jobs.fail", "* * * * *", retry_delay=600)})
+    first = schedulers.run("--once")
+    assert first.returncode == 0, first.stdout + first.stderr
+    schedulers.wait_for(
+        lambda: Run.objects.filter(status=RunStatus.FAILED).exists(), what="the failed run"
+    )
+    owed = Task.objects.get(name="fails").retry_at
+    assert owed is not None
+
+    schedulers.configure({}, extra={"NO_POSIXCRON": True})
+    for args in ((), ("--once",), ("--check",)):
+        result = schedulers.run(*args)
+        output = result.stdout + result.stderr
+        assert result.returncode == 1, output
+        assert "Traceback" not in output
+        assert "settings.POSIXCRON is not set (posixcron.W004)" in result.stderr, output
+    check = schedulers.manage("check")
+    assert check.returncode == 0, check.stdout + check.stderr  # a warning, for the web too
+    assert "posixcron.W004" in check.stderr
+    fails = Task.objects.get(name="fails")
+    assert fails.declared
+    assert fails.retry_at == owed
+
+
 def test_the_loop_waits_for_a_database_that_is_down_at_start_up(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:

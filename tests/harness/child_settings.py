@@ -20,6 +20,8 @@ if "DB_PORT" in _config:  # through a relay the test can make stop answering (pr
     DATABASES["default"]["HOST"] = "127.0.0.1"
     DATABASES["default"]["PORT"] = _config["DB_PORT"]
 POSIXCRON = _config["POSIXCRON"]
+if _config.get("NO_POSIXCRON"):  # a settings module that lacks the setting altogether
+    del POSIXCRON
 if "DB_OPTIONS" in _config:  # a connection pool, say
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"].get("OPTIONS", {}),

@@ -68,6 +68,24 @@ def checked_declarations() -> dict[str, TaskDeclaration]:
     return declarations
 
 
+def refuse_without_the_setting() -> None:
+    """Refuse to start when settings.POSIXCRON is missing altogether (posixcron.W004).
+
+    No setting declares no task, and reconciling would retire every task the database holds
+    (their pending retries with them) because of a misspelt setting or the wrong settings
+    module: a mistake far likelier than a project that installs the app to schedule nothing.
+    """
+    from django.conf import settings
+
+    from django_posixcron.checks import DECLARE, W_NOT_SET
+
+    if not hasattr(settings, "POSIXCRON"):
+        raise CommandError(
+            f"settings.POSIXCRON is not set ({W_NOT_SET}): runscheduler refuses to start, "
+            f"as reconciling would retire every task in the database. {DECLARE}"
+        )
+
+
 def check_frequency(declarations: dict[str, TaskDeclaration], poll_interval: float) -> None:
     """Apply the frequency guard (posixcron.E024) to --poll-interval as to the setting."""
     from django_posixcron.declarations import too_frequent
@@ -219,6 +237,7 @@ class Command(BaseCommand):
         # by check_database_support() once it answers.
         with collected_once():  # validated once for the checks and the scheduler
             self.check(display_num_errors=False, databases=[])
+            refuse_without_the_setting()
             declarations = checked_declarations()
         if options["poll_interval"] is not None:
             check_frequency(declarations, options["poll_interval"])
