@@ -107,7 +107,19 @@ def app_alias(override: str | None = None) -> str:
     """
     from django_posixcron.models import Task
 
-    alias = override or router.db_for_write(Task) or DEFAULT_DB_ALIAS
+    if override:
+        alias = override
+    else:
+        try:
+            alias = router.db_for_write(Task) or DEFAULT_DB_ALIAS
+        except Exception as exc:
+            # A router that raises, or a DATABASE_ROUTERS entry that does not import (the
+            # routers are imported at their first use, often this one): said in one line,
+            # not as a traceback that seems to blame this app.
+            raise ImproperlyConfigured(
+                f"DATABASE_ROUTERS raised {type(exc).__name__}: {exc} choosing the database "
+                "of django_posixcron's models."
+            ) from exc
     if alias not in connections.settings:
         defined = ", ".join(repr(name) for name in connections.settings)
         if override:

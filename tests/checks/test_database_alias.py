@@ -41,6 +41,46 @@ def test_routers_to_an_undefined_alias_fail_the_checks(settings):
     assert error.level == checks.ERROR
 
 
+class Raising:
+    """A router with a bug: it raises for every model."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        raise RuntimeError("router boom")
+
+    db_for_read = db_for_write
+
+
+@pytest.mark.parametrize(
+    ("routers", "found"),
+    [
+        ([Raising()], "RuntimeError: router boom"),
+        (["tests.testapp.routers.NoSuchRouter"], "ImportError: Module "),
+    ],
+    ids=["raises", "does-not-import"],
+)
+def test_routers_that_raise_are_a_check_error_not_a_traceback(monkeypatch, routers, found):
+    from django.db import router
+
+    # As DATABASE_ROUTERS would give them: imported at their first use, which is the checks'.
+    monkeypatch.setattr(router, "_routers", routers)
+    router.__dict__.pop("routers", None)
+    try:
+        ours = [m for m in checks.run_checks() if str(m.id).startswith("posixcron.")]
+    finally:
+        router.__dict__.pop("routers", None)
+    [error] = ours
+    assert error.id == "posixcron.E036"
+    assert error.msg.startswith(f"DATABASE_ROUTERS raised {found}"), error.msg
+    assert error.msg.endswith("choosing the database of django_posixcron's models.")
+    # The status command skips the system checks: it says the same in one line.
+    router.__dict__.pop("routers", None)
+    try:
+        with pytest.raises(CommandError, match=f"^DATABASE_ROUTERS raised {found}"):
+            call_command("schedulerstatus", stdout=io.StringIO(), stderr=io.StringIO())
+    finally:
+        router.__dict__.pop("routers", None)
+
+
 @pytest.mark.parametrize(
     "command",
     [
