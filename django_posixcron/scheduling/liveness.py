@@ -73,9 +73,13 @@ class Heartbeat(Periodic):
         running: Callable[[], list[int]],
         stale_after: float | None = None,
         watchdog: Watchdog | None = None,
+        stalled: Callable[[float, str], object] | None = None,
     ) -> None:
         super().__init__(every)
         self.using = using
+        # Told how long the beats were apart, and of a beat that failed: the others' beats
+        # were likely held up alike, so the loop holds judging them (loop.Outage.stalled).
+        self._stalled = stalled
         # Told of each beat on the thread, so that one the database does not answer is logged.
         self._watchdog = watchdog
         self.process = process
@@ -148,6 +152,7 @@ class Heartbeat(Periodic):
         own_connection(self.using)
         try:
             while not self._stop.wait(self.every):
+                last = self._last_beat
                 try:
                     if self._watchdog is None:
                         self.beat()
@@ -157,6 +162,9 @@ class Heartbeat(Periodic):
                 except DatabaseError as exc:
                     self._failed(exc)
                 else:
+                    if last is not None and self._stalled is not None:
+                        # Beats further apart than their interval: held up, as the others'.
+                        self._stalled(time.monotonic() - last - self.every, "the heartbeat")
                     if self._failing:
                         # Said, as its failure was: a log that shows only the failure
                         # leaves the reader guessing whether the process is alive.
@@ -168,6 +176,9 @@ class Heartbeat(Periodic):
             connections.close_all()
 
     def _failed(self, exc: DatabaseError) -> None:
+        if self._stalled is not None and self._last_beat is not None:
+            # A lock not granted in time fails the others' beats as it fails ours.
+            self._stalled(time.monotonic() - self._last_beat, "the heartbeat")
         if not self._failing:
             logger.error(
                 "heartbeat failed, retrying every %.0f s: %s",

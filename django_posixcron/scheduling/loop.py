@@ -84,7 +84,7 @@ OWED_CHECK_EVERY = 60.0
 class Outage:
     """The loop's back-off through a database outage, and the grace it gives others after."""
 
-    def __init__(self, stale_after: dt.timedelta) -> None:
+    def __init__(self, stale_after: dt.timedelta, stall: float = float("inf")) -> None:
         self.stale_after = stale_after
         self.failures = 0
         # Whether one of them was the database not answering (not only a lock not granted).
@@ -92,9 +92,38 @@ class Outage:
         # After a database outage every process's heartbeat looks stale, its own included:
         # until this monotonic instant, no other process's runs are presumed lost.
         self.judge_from = 0.0
+        # A wait on the database longer than this is a stall the others' heartbeats may have
+        # waited through too (see stalled()).
+        self.stall = stall
 
     def may_judge_others(self) -> bool:
         return time.monotonic() >= self.judge_from
+
+    def stalled(self, waited: float, what: str) -> bool:
+        """Hold judging the others if `what` waited on the database longer than a stall.
+
+        A database that answers again after a long wait, without an error (a table lock held
+        by a migration or a VACUUM FULL, a server frozen for a while), made the others'
+        heartbeats wait as long as ours: the first read after it found every peer stale, and
+        a live process's running runs were marked lost and retried beside themselves ("a run
+        whose process is alive is never marked lost"). As after an outage, the others get a
+        full stale threshold plus one back-off to beat again. Safe from any thread (the
+        heartbeat's calls it too). Return whether it held.
+        """
+        if waited <= self.stall:
+            return False
+        until = time.monotonic() + self.stale_after.total_seconds() + rules.BACKOFF_MAX
+        held, self.judge_from = self.judge_from, max(self.judge_from, until)
+        if held <= time.monotonic():  # said once per hold, not at every slow statement
+            logger.warning(
+                "%s waited %.1f s on the database; no other scheduler is judged gone for "
+                "the next %.0f s, as their heartbeats may have waited as long",
+                what,
+                waited,
+                until - time.monotonic(),
+                extra={"action": "judging_held"},
+            )
+        return True
 
     def failed(self, exc: BaseException, *, log: bool = True, exc_info: bool = False) -> float:
         """Count one more failure; log it; return how long to wait before the next try."""
@@ -280,7 +309,9 @@ class Scheduler:
         # until the first reading, and on a backend without a clock.
         self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
-        self.outage = Outage(self.stale_after)
+        # Half the margin a heartbeat has before the others presume it gone, and at least 5 s
+        # (a slow statement on a busy server is not yet a stall).
+        self.outage = Outage(self.stale_after, stall=max(5.0, self.heartbeat_every))
         self.clock_steps = ClockSteps(self.stale_after)
         # Says so when the loop or the heartbeat waits on a database that does not answer.
         self.watchdog = Watchdog(self.stale_after.total_seconds())
@@ -343,6 +374,7 @@ class Scheduler:
             self.runs.pks,
             stale_after=self.stale_after.total_seconds(),
             watchdog=self.watchdog,
+            stalled=self.outage.stalled,
         )
         self.pruner.next_at = now
         if self._serving_threads:
@@ -517,6 +549,10 @@ class Scheduler:
             if db_now is not None:
                 self.clock_steps.read(db_now, round_trip)
                 self._clock_read = (db_now, time.monotonic())
+        # A read that waited long (a table lock, a frozen server) found the others as stale
+        # as the wait made them; so does one made while our own heartbeat is still waiting.
+        self.outage.stalled(round_trip, "the scheduler loop's read")
+        self.outage.stalled(self.watchdog.waited("heartbeat"), "the heartbeat")
         judging = self.outage.may_judge_others() and not bursting and not self.clock_steps.holding()
         # After an outage every peer looks stale: judge none gone until they could beat.
         silent = self._silent_too_long() if judging else False
@@ -639,6 +675,9 @@ class Scheduler:
                 # within milliseconds of its occurrence", not the tick's duration after it.
                 with self.watchdog.watching("loop"):
                     wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
+                # A tick held up in a claim or an outcome write: the next tick's read may
+                # come before the others' heartbeats, held up as long, are written.
+                self.outage.stalled(time.monotonic() - started, "the scheduler loop's tick")
                 wake_in -= time.monotonic() - started
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)

@@ -73,6 +73,12 @@ class Watchdog(Periodic):
                     extra={"action": "db_stall_ended", "part": part},
                 )
 
+    def waited(self, part: str) -> float:
+        """Return how long `part` has been waiting in its current block (0 when it is not)."""
+        with self._lock:
+            entry = self._waiting.get(part)
+            return 0.0 if entry is None else time.monotonic() - entry[0]
+
     @contextlib.contextmanager
     def waiting_on(self, part: str, what: str) -> Iterator[None]:
         """Within `part`'s watch, say that the block waits on `what` (a Tasks backend), not

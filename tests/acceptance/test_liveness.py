@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +249,74 @@ def test_a_host_clock_step_on_sqlite_presumes_no_live_scheduler_dead(
         schedulers.expect_exit(child)
         child.signal(signal.SIGTERM)
     assert [child.wait(timeout=20) for child in children] == [0, 0], schedulers.outputs()
+
+
+def _hold_the_process_table(seconds: float, holding: threading.Event) -> None:
+    """Lock the scheduler process table for `seconds`, as a migration or a VACUUM FULL
+    would: every heartbeat, and every read of it, waits without an error."""
+    from django.db import connection as own
+    from django.db import transaction
+
+    try:
+        with transaction.atomic(), own.cursor() as cursor:
+            if own.vendor == "postgresql":
+                cursor.execute(
+                    "LOCK TABLE django_posixcron_schedulerprocess IN ACCESS EXCLUSIVE MODE"
+                )
+            else:
+                cursor.execute("LOCK TABLES django_posixcron_schedulerprocess WRITE")
+            holding.set()
+            time.sleep(seconds)  # the lock's own length, not a wait for something
+            if own.vendor == "mysql":
+                cursor.execute("UNLOCK TABLES")
+    finally:
+        own.close()
+
+
+@pytest.mark.long
+def test_a_database_stall_past_the_stale_limit_marks_no_live_run_lost(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    # Both schedulers waited on the lock; the first read after it found the other's
+    # heartbeat 40 s old, marked its running run lost and retried it beside itself.
+    only_on("postgresql", "mysql", why="a table lock every statement waits on")
+    release = tmp_path / "release"
+    schedulers.configure(
+        {
+            "held": task(
+                "tests.testapp.jobs.wait_for_file",
+                kwargs={"path": str(release), "task_name": "held", "timeout": 300},
+                retry_delay=1,
+            )
+        }
+    )
+    schedulers.start_live(2)
+    Task.objects.get(name="held").request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="held", label="started").exists(),
+        what="the run to start",
+    )
+    holding = threading.Event()
+    stall = threading.Thread(target=_hold_the_process_table, args=(40.0, holding))
+    stall.start()
+    try:
+        assert holding.wait(10), "the lock was not taken"
+    finally:
+        stall.join(60)
+    released = database_now(connection.alias)
+    # Both processes beat again after the stall: each had seen the other's beat as late as
+    # its own, and judged nobody gone meanwhile.
+    schedulers.wait_for(
+        lambda: SchedulerProcess.objects.filter(last_heartbeat_at__gt=released).count() == 2,
+        what="both heartbeats after the stall",
+    )
+    assert not Run.objects.filter(status=RunStatus.LOST).exists()
+    for child in schedulers.children:
+        assert "no other scheduler is judged gone" in child.output(), child.output()
+    release.touch()
+    schedulers.wait_for(
+        lambda: Run.objects.filter(task__name="held", status=RunStatus.SUCCEEDED).exists(),
+        what="the run to finish",
+    )
+    assert Run.objects.filter(task__name="held").count() == 1
+    assert Hit.objects.filter(task_name="held", label="started").count() == 1
