@@ -36,6 +36,9 @@ CAUSES = {
 }
 OTHER_CAUSE = "a server that accepts connections but does not answer (set its client's timeouts)"
 
+# The watchdog's own step this much later than its interval: the process itself did not run.
+STARVED = 5.0
+
 
 class Watchdog(Periodic):
     """Watch the loop's ticks and the heartbeats; log a wait on the database past `limit`.
@@ -121,6 +124,38 @@ class Watchdog(Periodic):
             )
         return [part for part, _on, _waited in late]
 
+    def overslept(self, late: float) -> bool:
+        """Say so when this thread woke `late` seconds past its step: the whole process did
+        not run meanwhile, its heartbeat included, and the waits the watchdog was timing
+        were the process's, not the database's. Return whether it said so.
+
+        Without this, task code holding the interpreter lock in a C extension woke every
+        thread at once, and the heartbeat caught inside its statement was reported as a
+        database that stopped answering.
+        """
+        if late < STARVED:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            for entry in self._waiting.values():
+                entry[0] = max(entry[0], now)  # timed again from now on
+        logger.warning(
+            "this process did not run for %.0f s: task code holding the interpreter lock (in "
+            "a C extension that does not release it, such as a regular expression that "
+            "backtracks or arithmetic on huge integers: run such code with --executor "
+            "process), or the process was stopped (SIGSTOP, a suspended or frozen VM); its "
+            "heartbeat was not written meanwhile, and after %.0f s the other schedulers "
+            "presume this process gone",
+            late,
+            self.limit,
+            extra={"action": "process_starved"},
+        )
+        return True
+
     def _serve(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(self.every):
+            now = time.monotonic()
+            self.overslept(now - last - self.every)
+            last = now
             self.check()

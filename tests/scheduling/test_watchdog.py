@@ -51,6 +51,28 @@ def test_a_wait_past_the_limit_is_logged_once_and_so_is_its_end(caplog):
     assert caplog.records == []
 
 
+def test_a_process_that_did_not_run_is_not_blamed_on_the_database(caplog):
+    # Task code holding the interpreter lock for a minute (a regular expression in C) woke
+    # every thread at once: the heartbeat, caught inside its statement, was reported as a
+    # database that stopped answering.
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    watchdog = Watchdog(limit=30.0)
+    with watchdog.watching("heartbeat"):
+        assert watchdog.overslept(4.0) is False  # a busy host, not yet a stopped process
+        assert watchdog.overslept(40.0) is True
+        # The wait is timed again from the moment the process runs again.
+        assert watchdog.waited("heartbeat") < 1.0
+        assert watchdog.check() == []
+    [starved] = records(caplog, "process_starved")
+    assert starved.levelno == logging.WARNING
+    assert starved.getMessage().startswith(
+        "this process did not run for 40 s: task code holding the interpreter lock"
+    )
+    assert "--executor process" in starved.getMessage()
+    assert records(caplog, "db_stalled") == []
+    assert records(caplog, "db_stall_ended") == []
+
+
 def test_a_wait_on_a_tasks_backend_is_named_as_such(caplog):
     # A broker that accepts the connection and never answers stalls the loop in the enqueue
     # after commit: the line names it, not the database, and the heartbeat goes on.
