@@ -704,8 +704,9 @@ class Scheduler:
                 self._wake.clear()
                 if self.executor.free_slots() == 0:
                     # Woken when a run ends; a tick at least every heartbeat interval records
-                    # outcomes and timeouts meanwhile.
-                    self._wake.wait(self.heartbeat_every)
+                    # outcomes meanwhile, and one at the first timeout of a run in flight
+                    # records it on time (it waited for another run to end).
+                    self._wake.wait(min([self.heartbeat_every, *self.runs.timeouts_in()]))
                 # A peek, not a burst's blind claim: it reads what is still due.
                 self._burst = False
                 with self.watchdog.watching("loop"):

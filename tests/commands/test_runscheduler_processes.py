@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -192,6 +193,25 @@ def test_settings_without_posixcron_retire_nothing(schedulers: Schedulers) -> No
     fails = Task.objects.get(name="fails")
     assert fails.declared
     assert fails.retry_at == owed
+
+
+def test_once_records_a_timeout_on_time_while_other_runs_wait_for_a_slot(
+    schedulers: Schedulers,
+) -> None:
+    # With every slot busy and a task still due, --once woke only when a run ended or after
+    # a heartbeat interval (10 s here): a run past its timeout was recorded seconds late.
+    bounded = task("tests.testapp.jobs.sleep_for", "* * * * *", kwargs={"seconds": 30}, timeout=2)
+    schedulers.configure({"bounded-1": bounded, "bounded-2": bounded}, POLL_INTERVAL=10)
+    result = schedulers.run("--once", "--concurrency", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = Run.objects.all()
+    assert {run.status for run in runs} == {RunStatus.TIMED_OUT}, runs
+    assert len(runs) == 2
+    for run in runs:
+        assert run.finished_at is not None
+        assert run.started_at is not None
+        # Recorded near its 2 s, well before the next heartbeat-interval wake (10 s).
+        assert run.finished_at - run.started_at < dt.timedelta(seconds=8), run
 
 
 def test_the_loop_waits_for_a_database_that_is_down_at_start_up(
