@@ -675,9 +675,6 @@ class Scheduler:
                 # within milliseconds of its occurrence", not the tick's duration after it.
                 with self.watchdog.watching("loop"):
                     wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
-                # A tick held up in a claim or an outcome write: the next tick's read may
-                # come before the others' heartbeats, held up as long, are written.
-                self.outage.stalled(time.monotonic() - started, "the scheduler loop's tick")
                 wake_in -= time.monotonic() - started
                 if not self.stopping and wake_in > 0:
                     self._wake.wait(wake_in)
