@@ -6,10 +6,12 @@ importing this module needs Django 6's ``django.tasks`` or the ``django_tasks`` 
 
 from __future__ import annotations
 
-from django_posixcron.handoff.framework import framework, module_alias
+from django_posixcron.handoff.framework import framework, module_alias, module_queue
 
 
-@framework().task(backend=module_alias())  # type: ignore[untyped-decorator]
+@framework().task(  # type: ignore[untyped-decorator]
+    backend=module_alias(), queue_name=module_queue()
+)
 def execute_run(run_id: int) -> None:
     """Execute the queued run `run_id` once, here, and record its outcome.
 

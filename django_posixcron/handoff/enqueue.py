@@ -9,6 +9,7 @@ the enqueue leaves the run queued without a message, and its start_deadline make
 from __future__ import annotations
 
 import datetime as dt
+import time
 import traceback
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,7 @@ class Enqueuer:
     ) -> list[Outcome]:
         """Enqueue each run; write the result ids; return failed outcomes to record."""
         failed, ids = [], []
+        began = time.monotonic()
         for run, declaration in runs:
             try:
                 if in_transaction:
@@ -84,7 +86,7 @@ class Enqueuer:
                 else:
                     result = self._task(declaration).enqueue(run.pk)
             except Exception as exc:
-                failed.append(self._refused(run, declaration, exc))
+                failed.append(self._refused(run, declaration, exc, time.monotonic() - began))
                 continue
             run.result_id = str(result.id)[:255]
             ids.append((run.pk, run.result_id))
@@ -114,7 +116,12 @@ class Enqueuer:
             )
         return self._tasks[key]
 
-    def _refused(self, run: Run, declaration: TaskDeclaration, exc: Exception) -> Outcome:
+    def _refused(
+        self, run: Run, declaration: TaskDeclaration, exc: Exception, after: float
+    ) -> Outcome:
+        """The failed outcome of a run its backend refused, `after` seconds into the
+        enqueues that began with the claim: "retry_at = failure time + retry_delay", and a
+        broker that takes 30 s to refuse must not leave the retry already due."""
         logger.error(
             "could not enqueue run %s of task %s on backend %s: %s",
             run.pk,
@@ -127,7 +134,8 @@ class Enqueuer:
         return Outcome(
             run,
             RunStatus.FAILED,
-            run.start_deadline_at - declaration.start_deadline,  # when it was queued
+            # When it was queued (by the clock due-ness is judged by), plus the wait.
+            run.start_deadline_at - declaration.start_deadline + dt.timedelta(seconds=after),
             cap(f"Could not enqueue the run on backend {run.backend!r}: {describe_exception(exc)}"),
             cap(traceback.format_exc(), keep_tail=True),
         )

@@ -17,6 +17,7 @@ from django.db import router
 BUILT_IN = "django.tasks"
 BACKPORT = "django_tasks"
 DEFAULT_ALIAS = "default"
+DEFAULT_QUEUE = "default"  # DEFAULT_TASK_QUEUE_NAME in both frameworks
 
 
 class TasksUnavailable(ImportError):
@@ -79,6 +80,21 @@ def module_alias() -> str:
     if not configured or DEFAULT_ALIAS in configured:
         return DEFAULT_ALIAS
     return str(next(iter(configured)))
+
+
+def module_queue() -> str:
+    """Return the queue the module-level Task is defined on: the framework's default queue,
+    unless the backend of module_alias() lists its queues without it (a backend kept for a
+    "cron" queue, say): then the first it lists. Defining the Task validates its queue too, and
+    each enqueue picks its own with ``.using(queue_name=...)``."""
+    default = DEFAULT_QUEUE
+    try:
+        queues = getattr(backend(module_alias()), "queues", None)
+    except Exception:
+        return default  # defining the Task reports the backend itself
+    if not queues or default in queues:
+        return default
+    return str(sorted(queues)[0])
 
 
 def backend(alias: str) -> Any:

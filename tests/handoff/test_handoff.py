@@ -443,6 +443,31 @@ def test_an_enqueue_the_backend_refuses_is_a_failed_run_with_its_reason(world, s
     assert Task.objects.get(name="export").retry_at is not None
 
 
+def test_a_refused_enqueue_is_failed_when_the_backend_refused_it_not_when_it_was_queued(
+    world, monkeypatch
+):
+    # A broker that took its time to refuse: the failure was dated at the moment the run was
+    # queued, so its retry (retry_delay after the failure) was already due when it was written.
+    world.settings({"export": handed_off("export", enqueue={"backend": "rq"}, retry_delay=60)})
+    world.start(T0 - MINUTE)
+
+    class Refusing:
+        def enqueue(self, run_id: int) -> None:
+            time.sleep(1.5)  # the broker's own slowness, not a wait for something
+            raise ConnectionError("the broker refused the connection")
+
+    monkeypatch.setattr(Enqueuer, "_task", lambda self, declaration: Refusing())
+    world.tick(T0)
+
+    run = only_run("export")
+    assert run.status == RunStatus.FAILED
+    assert run.start_deadline_at is not None
+    assert run.finished_at is not None
+    queued_at = run.start_deadline_at - dt.timedelta(seconds=300)
+    assert run.finished_at - queued_at >= dt.timedelta(seconds=1.5)
+    assert Task.objects.get(name="export").retry_at == run.finished_at + dt.timedelta(seconds=60)
+
+
 def test_the_job_commits_with_the_claim_on_the_same_database(world):
     world.settings({"export": handed_off("export")})
     world.start(T0 - MINUTE)

@@ -200,6 +200,27 @@ def test_sigterm_to_a_scheduler_leaves_queued_runs_to_the_workers(schedulers):
     assert Hit.objects.filter(task_name="export").count() == 1
 
 
+def test_a_backend_kept_for_a_cron_queue_alone_takes_the_runs(schedulers):
+    # The module's Task was defined on the backend's default queue, which a backend whose
+    # QUEUES lack "default" refuses: the checks failed with "Queue 'default' is not valid",
+    # a queue the project never asked for.
+    schedulers.configure(
+        {"export": record_task("export")},
+        ENQUEUE={"queue_name": "cron"},
+        extra={
+            "TASKS_SETTING": {
+                "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["cron"]}
+            }
+        },
+    )
+    check = schedulers.manage("check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    schedulers.start_live(1)
+    schedulers.start_worker("default", "--queue-name", "cron")
+    request_and_wait(schedulers, "export", 1)
+    assert statuses("export") == ["succeeded"]
+
+
 def test_an_rq_worker_runs_handed_off_runs_once(schedulers, redis):
     schedulers.configure(
         {"export": record_task("export", enqueue={"backend": "rq"})},

@@ -28,6 +28,9 @@ if "DB_OPTIONS" in _config:  # a connection pool, say
         **_config["DB_OPTIONS"],
     }
 
+if "TASKS_SETTING" in _config:  # the project's Django Tasks backends, replaced whole
+    TASKS = _config["TASKS_SETTING"]
+
 if "DB_SETTINGS" in _config:  # DISABLE_SERVER_SIDE_CURSORS behind PgBouncer, say
     DATABASES["default"].update(_config["DB_SETTINGS"])
 
