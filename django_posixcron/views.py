@@ -7,7 +7,9 @@ example): who may read the schedule is the project's decision.
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 MISSING_EXTRA = (
@@ -16,6 +18,7 @@ MISSING_EXTRA = (
 )
 
 
+@csrf_exempt  # it answers GET and HEAD only: a POST is a 405, not CSRF's 403
 @require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
     """Return the scheduler's series, read from the database, in the format the scraper asks.
@@ -29,11 +32,21 @@ def metrics(request: HttpRequest) -> HttpResponse:
     except ImportError as error:
         raise ImproperlyConfigured(MISSING_EXTRA) from error
 
+    from django_posixcron.db import app_alias
+    from django_posixcron.management.common import read_failure
     from django_posixcron.metrics import DatabaseCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector())
+    collector = DatabaseCollector()
+    registry.register(collector)
     encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-    response = HttpResponse(encode(registry), content_type=content_type)
+    try:
+        body = encode(registry)
+    except DatabaseError as error:
+        # A failed scrape, said in one line (the scraper records it as such), rather than
+        # Django's error page and a traceback at every scrape while the database is away.
+        message = read_failure(app_alias(collector.using), error)
+        return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(body, content_type=content_type)
     response["Cache-Control"] = "no-store"
     return response

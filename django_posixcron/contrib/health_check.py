@@ -25,6 +25,7 @@ except ImportError as error:  # pragma: no cover - exercised without the extra o
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, close_outside_transactions, database_now
 from django_posixcron.management.commands.schedulerstatus import collect
+from django_posixcron.management.common import missing_migrations
 from django_posixcron.scheduling.rules import stale_after
 
 
@@ -41,6 +42,7 @@ class SchedulerHealthCheck(HealthCheck):  # type: ignore[misc]
 
     def run(self) -> None:
         poll_interval = poll_interval_or_default()
+        using = None
         try:
             using = app_alias(self.database)
             status = collect(
@@ -51,7 +53,11 @@ class SchedulerHealthCheck(HealthCheck):  # type: ignore[misc]
                 using=using,
             )
         except DatabaseError as error:
-            raise ServiceUnavailable("The scheduler's database is unavailable.") from error
+            # As schedulerstatus says it: a missed `migrate` names the migrations, not an
+            # outage.
+            missing = None if using is None else missing_migrations(using)
+            said = missing or "The scheduler's database is unavailable."
+            raise ServiceUnavailable(said) from error
         except ImproperlyConfigured as error:  # an alias settings.DATABASES lacks
             raise ServiceUnavailable(str(error)) from error
         finally:

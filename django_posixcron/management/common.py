@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
 from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone, one_line, outage
@@ -197,6 +197,32 @@ def check_migrated(using: str) -> None:
             f"The database {using!r} lacks django_posixcron migrations ({', '.join(missing)}): "
             f"run `{command}` first."
         )
+
+
+def missing_migrations(using: str) -> str | None:
+    """Say which of this app's migrations the database lacks, and the command to run; None
+    when it lacks none, or cannot even say (the error that led here then says more)."""
+    try:
+        check_migrated(using)
+    except CommandError as missing:
+        return str(missing)
+    except DatabaseError:
+        pass
+    return None
+
+
+def read_failure(using: str, exc: BaseException, what: str = "the query") -> str:
+    """The one line a read of the app's tables that failed with `exc` is reported with.
+
+    A missing table is a missed deploy step, not an outage: then the migrations to apply
+    and the command to run. Else the database away (`database unavailable: ...`), or
+    refusing what was asked (a role without the privileges: `database refused what: ...`).
+    """
+    missing = missing_migrations(using)
+    if missing is not None:
+        return missing
+    said = "unavailable" if outage(exc) else f"refused {what}"
+    return f"database {said}: {one_line(exc)}"
 
 
 def _made_without_migrations(connection: Any, executor: Any) -> bool:

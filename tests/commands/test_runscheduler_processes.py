@@ -214,6 +214,30 @@ def test_once_records_a_timeout_on_time_while_other_runs_wait_for_a_slot(
         assert run.finished_at - run.started_at < dt.timedelta(seconds=8), run
 
 
+def test_schedulerstatus_piped_into_a_reader_that_stopped_says_only_the_schedulers_state(
+    schedulers: Schedulers,
+) -> None:
+    # `schedulerstatus | head -1` printed a BrokenPipeError traceback and exited 1, healthy
+    # or not: a shell check under `set -o pipefail` read it as a problem.
+    schedulers.configure({f"task-{i}": record_task(f"task-{i}") for i in range(40)})
+    for args, expected in ((("--json",), 1), ((), 1)):
+        child = subprocess.Popen(
+            [sys.executable, "-m", "django", "schedulerstatus", *args],
+            cwd=ROOT,
+            env=schedulers.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert child.stdout is not None
+        child.stdout.close()  # the reader is gone before the first line
+        _out, err = child.communicate(timeout=60)
+        stderr = err.decode()
+        assert child.returncode == expected, stderr
+        assert "Traceback" not in stderr
+        assert "BrokenPipeError" not in stderr
+        assert "no live scheduler" in stderr
+
+
 def test_the_loop_waits_for_a_database_that_is_down_at_start_up(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:

@@ -52,6 +52,35 @@ def test_a_failing_task_is_reported_but_healthy():
     assert "failing, not judged unhealthy: also-broken, broken" in html
 
 
+def test_a_database_without_the_apps_migrations_is_named_as_such(monkeypatch):
+    # "The scheduler's database is unavailable" sent the operator to the database server
+    # for a missed `migrate`.
+    from django.db import ProgrammingError, connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from django_posixcron.contrib import health_check
+
+    def missing_table(using: str) -> dt.datetime:
+        raise ProgrammingError('relation "django_posixcron_task" does not exist')
+
+    monkeypatch.setattr(health_check, "database_now", missing_table)
+    recorder = MigrationRecorder(connection)
+    ours = [key for key in recorder.applied_migrations() if key[0] == "django_posixcron"]
+    for app, name in ours:
+        recorder.record_unapplied(app, name)
+    try:
+        status, body = probe()
+    finally:
+        for app, name in ours:
+            recorder.record_applied(app, name)
+    assert status == 500
+    assert isinstance(body, dict)
+    assert body[CHECK].startswith(
+        "Unavailable: The database 'default' lacks django_posixcron migrations (0001_initial"
+    )
+    assert body[CHECK].endswith("run `manage.py migrate` first.")
+
+
 def test_a_probe_run_inside_a_callers_transaction_leaves_it_open():
     # A project's TestCase calling the check directly: closing every connection of the
     # thread after the probe took the test's transaction with it ("the connection is closed").

@@ -228,7 +228,8 @@ def test_a_skipped_run_is_counted_when_it_is_recorded(tasks, make_scheduler, gat
 
 
 def test_the_view_answers_only_get_and_head(db):
-    assert Client().post("/metrics").status_code == 405
+    # With CSRF checked, as a real client's POST is: a 405, not CSRF's 403.
+    assert Client(enforce_csrf_checks=True).post("/metrics").status_code == 405
     head = Client().head("/metrics")
     assert head.status_code == 200
     assert head["Cache-Control"] == "no-store"
@@ -249,6 +250,24 @@ def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(history):
     assert (
         sum(s.value for s in good if s.name == "posixcron_runs_total")
         == Run.objects.filter(task__name="good").count()
+    )
+
+
+def test_a_scrape_the_database_cannot_answer_is_a_503_that_says_why(db, monkeypatch):
+    # Django's error page and a traceback at every scrape while the database was away.
+    from django.db import OperationalError
+
+    from django_posixcron import metrics
+
+    def refuse(using: str) -> dt.datetime:
+        raise OperationalError("connection refused\n\tIs the server running?")
+
+    monkeypatch.setattr(metrics, "database_now", refuse)
+    response = Client(raise_request_exception=True).get("/metrics")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode() == (
+        "database unavailable: connection refused; Is the server running?"
     )
 
 

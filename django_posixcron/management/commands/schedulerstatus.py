@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
 import socket
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -17,16 +18,14 @@ from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import (
     app_alias,
     database_now,
-    one_line,
-    outage,
     with_connection_timeouts,
 )
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
-    check_migrated,
     command_alias,
     max_lag,
+    read_failure,
 )
 from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, earliest
 from django_posixcron.scheduling.rules import retry_replaced, stale_after
@@ -181,10 +180,17 @@ class Command(BaseCommand):
                 answer = {"healthy": False, "problems": [str(error)]}
                 self.stdout.write(json.dumps(answer, indent=2))
             raise
-        if options["json"]:
-            self.stdout.write(json.dumps(self._as_dict(status), indent=2))
-        else:
-            self._print(status)
+        try:
+            if options["json"]:
+                self.stdout.write(json.dumps(self._as_dict(status), indent=2))
+            else:
+                self._print(status)
+            self.stdout.flush()
+        except BrokenPipeError:
+            # Piped into a reader that stopped early (`| head -1`, `| grep -q live`): what
+            # it did not read is not a problem of the schedulers. The exit status still says
+            # theirs; the rest of the output goes nowhere, and so does Python's own flush.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if not status.healthy:
             raise CommandError("; ".join(status.problems), returncode=1)
 
@@ -214,13 +220,9 @@ class Command(BaseCommand):
                 using=using,
             )
         except DatabaseError as exc:
-            # A probe wants a one-line answer, not a traceback. A missing table is a missed
-            # deploy step, not an outage: say which.
-            with contextlib.suppress(DatabaseError):
-                check_migrated(using)
-            # A refusal is not an outage: a role without the privileges needs a fix, not a wait.
-            said = "unavailable" if outage(exc) else "refused the status query"
-            raise CommandError(f"database {said}: {one_line(exc)}", returncode=1) from exc
+            # A probe wants a one-line answer, not a traceback.
+            message = read_failure(using, exc, "the status query")
+            raise CommandError(message, returncode=1) from exc
 
     def _print(self, status: Status) -> None:
         write, now = self.stdout.write, status.now
