@@ -309,8 +309,8 @@ class Scheduler:
         # until the first reading, and on a backend without a clock.
         self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
-        # Half the margin a heartbeat has before the others presume it gone, and at least 5 s
-        # (a slow statement on a busy server is not yet a stall).
+        # A wait longer than a heartbeat interval, and at least 5 s (a slow statement on a busy
+        # server is not yet a stall), may have held the others' beats past their interval.
         self.outage = Outage(self.stale_after, stall=max(5.0, self.heartbeat_every))
         self.clock_steps = ClockSteps(self.stale_after)
         # Says so when the loop or the heartbeat waits on a database that does not answer.
