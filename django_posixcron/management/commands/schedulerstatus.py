@@ -15,11 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import (
-    app_alias,
-    database_now,
-    with_connection_timeouts,
-)
+from django_posixcron.db import app_alias, database_now, with_connection_timeouts
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management.common import (
     add_database_option,
