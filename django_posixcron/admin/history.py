@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from django.db.models import OuterRef, Q, Subquery
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from django_posixcron.admin import display
 from django_posixcron.db import app_alias
@@ -110,7 +110,11 @@ def strip(task: Task, runs: list[Run]) -> SafeString:
             for run in runs
         ),
     )
-    summary = gettext("Last %(count)d runs, oldest first: %(statuses)s") % {
+    summary = ngettext(
+        "Last run: %(statuses)s",
+        "Last %(count)d runs, oldest first: %(statuses)s",
+        len(runs),
+    ) % {
         "count": len(runs),
         "statuses": ", ".join(_label(run.status) for run in runs),
     }

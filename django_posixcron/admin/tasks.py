@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Case, F, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
@@ -34,6 +34,18 @@ RECENT_RUNS = 10
 # The header lists live processes; a fleet larger than this is summarised, so the list page
 # never renders an unbounded list.
 HEADER_PROCESSES = 20
+
+# The sort keys of the time columns, the same on every database (each puts NULL at its own end
+# by default). A task that never ran sorts as the oldest; one that will not fire (paused,
+# retired) and one without a pending retry as the furthest: "next run" puts what fires first
+# at the top. Sorting the other way reverses all of it.
+LAST_RUN_ORDER = F("last_run_started_at").asc(nulls_first=True)
+NEXT_RUN_ORDER = Case(
+    When(declared=False, then=Value(None)),
+    When(paused=True, then=Value(None)),
+    default=F("next_run_at"),
+).asc(nulls_last=True)
+RETRY_ORDER = F("retry_at").asc(nulls_last=True)
 
 DEFINITION_FIELDS = (
     "name",
@@ -132,7 +144,7 @@ class TaskAdmin(Guarded, TaskStateActions):
         runs = getattr(obj, "posixcron_recent_runs", None)
         return history.strip(obj, runs) if runs else mark_safe("")
 
-    @admin.display(description=_("last run"), ordering="last_run_started_at")
+    @admin.display(description=_("last run"), ordering=LAST_RUN_ORDER)
     def last_run_display(self, obj: Task) -> SafeString:
         if obj.last_run_started_at is None:
             return muted(gettext("never"))
@@ -158,7 +170,7 @@ class TaskAdmin(Guarded, TaskStateActions):
             strip,
         )
 
-    @admin.display(description=_("next run"), ordering="next_run_at")
+    @admin.display(description=_("next run"), ordering=NEXT_RUN_ORDER)
     def next_run_display(self, obj: Task) -> SafeString:
         if not obj.declared:
             return muted(gettext("never"))
@@ -178,7 +190,7 @@ class TaskAdmin(Guarded, TaskStateActions):
             return dash()
         return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
 
-    @admin.display(description=_("pending retry"), ordering="retry_at")
+    @admin.display(description=_("pending retry"), ordering=RETRY_ORDER)
     def retry_display(self, obj: Task) -> SafeString:
         if obj.retry_at is None:
             return dash()

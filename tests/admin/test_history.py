@@ -96,6 +96,12 @@ def test_the_list_shows_each_tasks_recent_runs_as_marks_with_shapes_and_titles(s
     assert ">never<" in fresh
 
 
+def test_a_strip_of_one_run_says_so_in_the_singular(superuser):
+    history(make_task(name="once"), [RunStatus.FAILED])
+    [strip] = elements(client_for(superuser).get(LIST).content.decode(), "posixcron-strip")
+    assert strip[1]["aria-label"] == "Last run: failed"
+
+
 def test_the_strip_keeps_the_latest_ten_runs(superuser):
     task = make_task(name="busy")
     history(task, [RunStatus.FAILED] * 5 + [RunStatus.SUCCEEDED] * 10)
