@@ -161,6 +161,25 @@ def test_a_retry_the_next_cron_run_comes_before_is_not_promised(now):
     )
 
 
+def test_a_failing_task_whose_next_run_is_under_way_says_so(now):
+    make_process(now)
+    started = now - dt.timedelta(seconds=30)
+    make_task(
+        "retrying",
+        now,
+        last_run_status=RunStatus.FAILED,
+        last_run_finished_at=now - dt.timedelta(minutes=2),
+        last_run_started_at=started,
+        retry_at=None,
+    )
+    code, out = status()
+    assert code == 1
+    assert (
+        "failing  retrying  last run failed 120.0 s ago, "
+        f"running again since {started.isoformat()}" in out
+    )
+
+
 def test_a_task_paused_by_its_failures_says_so_instead_of_a_retry_time(now):
     make_process(now)
     reason = "Paused automatically after 2 failed runs in a row (pause_after_failures = 2)."

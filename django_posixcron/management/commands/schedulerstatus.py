@@ -242,6 +242,10 @@ class Command(BaseCommand):
             if task.paused:
                 # A paused task's retry is on hold: the instant would read as missed.
                 retry = f", paused: {task.paused_reason}" if task.paused_reason else ", paused"
+            elif task.is_running and not task.retry_at:
+                # Its next run (the retry, or the occurrence that consumed it) is under way.
+                assert task.last_run_started_at is not None
+                retry = f", running again since {task.last_run_started_at.isoformat()}"
             else:
                 retry = f", retry at {task.retry_at.isoformat()}" if task.retry_at else ""
                 if task.retry_at and retry_replaced(
