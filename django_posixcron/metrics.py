@@ -120,7 +120,13 @@ class DatabaseCollector:
         yield runs
 
         gauges = {
-            name: GaugeMetricFamily(f"posixcron_{name}", text, labels=["task"])
+            # OpenMetrics states the unit of a series whose name ends in it (# UNIT).
+            name: GaugeMetricFamily(
+                f"posixcron_{name}",
+                text,
+                labels=["task"],
+                unit="seconds" if name.endswith("_seconds") else "",
+            )
             for name, text in (
                 ("last_run_duration_seconds", "Duration of the task's latest finished run."),
                 ("fire_lag_seconds", "Start of the task's latest run minus its scheduled time."),

@@ -251,6 +251,10 @@ def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(history):
         sum(s.value for s in good if s.name == "posixcron_runs_total")
         == Run.objects.filter(task__name="good").count()
     )
+    # Series in seconds say so.
+    assert "# UNIT posixcron_fire_lag_seconds seconds" in text
+    assert families["posixcron_last_run_duration_seconds"].unit == "seconds"
+    assert families["posixcron_task_paused"].unit == ""
 
 
 def test_a_scrape_the_database_cannot_answer_is_a_503_that_says_why(db, monkeypatch):
