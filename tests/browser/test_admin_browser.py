@@ -175,6 +175,16 @@ def test_a_long_task_name_wraps_and_the_list_fits_the_window(
     )
     make_run(make_task(name="cleanup-sessions", schedule="0 * * * *", timezone="UTC"))
     make_task(name=LONG_NAME, schedule="5 * * * *", timezone="UTC")
+    # The longest zone name, a pause the scheduler made (its reason names a settings key) and
+    # a pending request: each widened its column past the window.
+    make_task(name="plata", schedule="0 9 * * *", timezone="America/Argentina/ComodRivadavia")
+    make_task(
+        name="held",
+        paused=True,
+        paused_reason="Paused automatically after 3 failed runs in a row "
+        "(pause_after_failures = 3).",
+    )
+    make_task(name="asked").request_run()
     page.set_viewport_size({"width": width, "height": 900})
     page.goto("/admin/django_posixcron/task/")
     page.screenshot(path=str(artifacts / f"task-list-long-name-{width}.png"), full_page=True)
