@@ -28,7 +28,7 @@ $(VENV)/.installed-demo-%: $(BOOTSTRAP_INPUTS)
 	@touch $@
 
 test: $(STAMP)
-	$(VPY) scripts/testmatrix.py $(if $(FULL),--full)
+	$(VPY) scripts/testmatrix.py $(if $(FULL),--full) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -222,7 +222,11 @@ def main() -> int:
         prefix = "scheduler" if args.schedulers == 1 else f"scheduler-{number}"
         children.append(Child(prefix, ["runscheduler", "--grace", f"{SCHEDULER_GRACE:g}"], env))
     if args.worker:
-        children.append(Child("worker", ["db_worker", "--queue-name", "default"], env))
+        # No reloader: a worker stopped by the reloader may not record its run's end itself
+        # (docs/handoff.rst).
+        children.append(
+            Child("worker", ["db_worker", "--queue-name", "default", "--no-reload"], env)
+        )
 
     admin_url = f"http://{address}/admin/"
     if wait_until_answering(admin_url + "login/", children, stop):

@@ -134,8 +134,20 @@ def run_quick(pytest_args: list[str]) -> list[Outcome]:
         print(f"testmatrix: running the suite on {db.label}", flush=True)
         env = {**os.environ, "DATABASE_URL": db.url}
         command = [sys.executable, "-m", "pytest", *pytest_args]
-        code = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
-        outcomes.append(Outcome(db.label, "passed" if code == 0 else f"failed (exit {code})"))
+        # Shown as it comes, and kept: the closing summary counts every database's tests.
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+        code = process.wait()
+        output = "".join(lines)
+        status = "passed" if code == 0 else f"failed (exit {code})"
+        outcomes.append(Outcome(db.label, status, pytest_counts(output), failure_lines(output)))
     return outcomes
 
 
@@ -215,10 +227,13 @@ def run_full(pytest_args: list[str]) -> list[Outcome]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true", help="the CI matrix through tox")
-    parser.add_argument("pytest_args", nargs="*", help="passed on to pytest")
-    args = parser.parse_args()
+    parser.epilog = "Every other argument is passed on to pytest, in its order."
+    # pytest's own arguments ("-x", "-k name", paths) go through as given, with or without a
+    # "--" before them.
+    args, pytest_args = parser.parse_known_args()
+    pytest_args = [arg for arg in pytest_args if arg != "--"]
 
-    outcomes = run_full(args.pytest_args) if args.full else run_quick(args.pytest_args)
+    outcomes = run_full(pytest_args) if args.full else run_quick(pytest_args)
 
     print("\ntestmatrix summary:")
     for outcome in outcomes:

@@ -5,15 +5,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import django
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
+from django_posixcron import __version__
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
 from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone, one_line, outage
 from django_posixcron.log import get_logger
 
 logger = get_logger("django_posixcron.scheduler")
+
+
+class Command(BaseCommand):
+    """The base of the package's commands."""
+
+    def get_version(self) -> str:
+        # --version names this package's version, not only Django's.
+        return f"django-posixcron {__version__} (Django {django.get_version()})"
 
 
 def command_alias(override: str | None) -> str:

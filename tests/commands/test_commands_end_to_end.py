@@ -114,3 +114,18 @@ def test_manage_py_runscheduler_exits_non_zero_with_a_readable_message():
     assert "settings.POSIXCRON['TASKS']['cleanup']['callable']" in proc.stderr
     assert "posixcron.E0" in proc.stderr
     assert "HINT" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["runscheduler", "schedulerstatus"])
+def test_version_names_this_package_and_django(command: str, capsys: Any) -> None:
+    import django
+    from django.core.management import load_command_class
+
+    from django_posixcron import __version__
+
+    parser = load_command_class("django_posixcron", command).create_parser("manage.py", command)
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args(["--version"])
+    assert exit.value.code == 0
+    expected = f"django-posixcron {__version__} (Django {django.get_version()})"
+    assert capsys.readouterr().out.strip() == expected

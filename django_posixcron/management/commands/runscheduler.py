@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_posixcron.conf import get_settings
@@ -25,6 +25,7 @@ from django_posixcron.db import (
 from django_posixcron.executors.base import exit_without_waiting
 from django_posixcron.executors.thread import threads_in_task_code
 from django_posixcron.log import get_logger
+from django_posixcron.management import common
 from django_posixcron.management.common import (
     add_database_option,
     check_database_support,
@@ -125,7 +126,7 @@ def refuse_inside_a_transaction(using: str) -> None:
         )
 
 
-class Command(BaseCommand):
+class Command(common.Command):
     help = (
         "Run the scheduled tasks declared in settings.POSIXCRON: check them, reconcile them "
         "into the database, then fire each occurrence exactly once until stopped."

@@ -11,12 +11,13 @@ import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import app_alias, database_now, with_connection_timeouts
 from django_posixcron.deployments import Pending, live_peers, pending_changes
+from django_posixcron.management import common
 from django_posixcron.management.common import (
     add_database_option,
     command_alias,
@@ -128,7 +129,7 @@ def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
     return f"{(now - then).total_seconds():.1f} s ago"
 
 
-class Command(BaseCommand):
+class Command(common.Command):
     help = (
         "Show live scheduler processes, overdue and failing tasks, and runs handed to workers. "
         "Exit 0 when healthy, 1 when no scheduler is live, a task is overdue or failing, or a "
