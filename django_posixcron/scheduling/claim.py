@@ -463,9 +463,10 @@ class Peek:
 
     db_now: dt.datetime | None
     next_due: dt.datetime | None
-    # (count, sum of ids) of the live processes declaring another set than ours: it changes
-    # when one of them starts, stops or goes stale (rollout.py).
-    others: tuple[int, int]
+    # (count, sum of ids) of the live processes declaring another set than ours, and the
+    # newest process's id: it changes when one of them starts, stops or goes stale, and when
+    # any process registers, even one that stopped before the next look (rollout.py).
+    others: tuple[int, int, int]
     # An active task due before the overdue threshold awaits its task_overdue (alerts.py).
     overdue: bool = False
     # Some run is presumed lost (liveness.mark_lost).
@@ -506,12 +507,16 @@ def peek(
     compiled = (cache or QueryCache(using)).get(key, build, list(instants))
     rows = compiled.rows(**instants)
     if not rows:
-        return Peek(None, None, (0, 0))
+        return Peek(None, None, (0, 0, 0))
     row = rows[0]
     return Peek(
         row.get("db_now"),
         row["next_due"],
-        (int(row["others_count"] or 0), int(row["others_sum"] or 0)),
+        (
+            int(row["others_count"] or 0),
+            int(row["others_sum"] or 0),
+            int(row["newest_process"] or 0),
+        ),
         bool(row.get("overdue")),
         bool(row.get("lost")),
     )
@@ -544,9 +549,13 @@ def _peek_query(
             next_due=Subquery(earliest_due.values("due_at")[:1]),
             others_count=Subquery(others.annotate(n=Count("pk")).values("n")),
             others_sum=Subquery(others.annotate(s=Sum("pk")).values("s")),
+            # The primary key's index answers it at once.
+            newest_process=Subquery(
+                SchedulerProcess.objects.using(using).order_by("-pk").values("pk")[:1]
+            ),
         )
     )
-    fields = ["next_due", "others_count", "others_sum"]
+    fields = ["next_due", "others_count", "others_sum", "newest_process"]
     if "overdue_before" in at:
         query = query.annotate(overdue=any_overdue(at["overdue_before"], using))
         fields.append("overdue")

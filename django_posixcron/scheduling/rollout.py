@@ -3,9 +3,13 @@
 "[A process] defers that change, logs it once, and applies it as soon as no live process holds
 the other version (at once when that process stops cleanly; once its heartbeat is stale when it
 dies)." The loop's one idle query also returns a fingerprint of the live processes that declare
-another set than ours (peek()); only when it changes does a process read which sets are live
-(one small query), and only when a set it saw has gone does it reconcile again: then it applies
-what it deferred, and retires what only the gone set declared (a canary taken away).
+another set than ours, and the newest process's id (peek()); only when it changes does a process
+read which sets are live (one small query), and only when a set it saw has gone does it
+reconcile again: then it applies what it deferred, and retires what only the gone set declared
+(a canary taken away). A process that registered and stopped between two looks (a
+`runscheduler --once` with new settings, a new version that exited right after reconciling) was
+never seen live, yet it may have created tasks nobody else declares: its id, past the newest one
+seen, makes the fleet reconcile again too.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from typing import TYPE_CHECKING
 from django_posixcron.db import database_now
 from django_posixcron.deployments import live_digests, record
 from django_posixcron.log import get_logger
+from django_posixcron.models import SchedulerProcess
 from django_posixcron.reconcile import Peers, Plan, reconcile
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
-    from django_posixcron.models import SchedulerProcess
 
 # Under the documented "django_posixcron.scheduler" logger, one child per part.
 logger = get_logger("django_posixcron.scheduler.rollout")
@@ -50,9 +54,11 @@ class Rollout:
         # a long-running process has no use for it after start-up.
         self.deferred: int | None = None
         self.logged: set[tuple[str, str, str | None]] = set()
-        # The other sets live at our last look, and peek()'s fingerprint of them.
+        # The other sets live at our last look, peek()'s fingerprint of them, and the newest
+        # process id then.
         self.peer_sets: set[str] = set()
-        self.others: tuple[int, int] | None = None
+        self.others: tuple[int, int, int] | None = None
+        self.newest = 0
 
     def record(self) -> str:
         """Store this process's declaration set; return the digest its process row names."""
@@ -63,8 +69,10 @@ class Rollout:
 
     def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
         """Reconcile settings, deferring what live peers hold; remember who was live."""
-        # Looked at before reconciling: a set that goes in between is then seen to go.
+        # Looked at before reconciling: a set that goes in between is then seen to go, and a
+        # process that registers in between has a newer id.
         seen = self._live_sets(process, database_now(self.using))
+        newest = _newest_process(self.using)
         plan = reconcile(
             now=now,
             declarations=self.declarations,
@@ -73,13 +81,14 @@ class Rollout:
             logged=self.logged,
         )
         self.deferred = len(plan.deferred)
-        self.peer_sets, self.others = seen, None
+        self.peer_sets, self.others, self.newest = seen, None, newest
         return plan
 
     def peers_changed(
-        self, process: SchedulerProcess, others: tuple[int, int], now: dt.datetime
+        self, process: SchedulerProcess, others: tuple[int, int, int], now: dt.datetime
     ) -> bool:
-        """Return whether a declaration set live at our last look has gone since.
+        """Return whether a declaration set live at our last look has gone since, or a
+        process registered and stopped in between.
 
         `others` is peek()'s fingerprint of the live processes declaring other sets. A
         scheduler that never reconciled (driven by tick() alone) has nothing to re-check.
@@ -89,20 +98,41 @@ class Rollout:
             return False
         live = self._live_sets(process, now)
         gone = self.peer_sets - live
-        if not gone:
+        newest = others[2]
+        unseen = newest > self.newest and self._came_and_went(self.newest, newest, now)
+        if not gone and not unseen:
             self.others = others
             self.peer_sets = live
+            self.newest = max(self.newest, newest)
             return False
         # Remembered only once the reconciliation that follows succeeds (reconcile() resets
-        # both): a tick that fails on the way looks again at the next one.
+        # them): a tick that fails on the way looks again at the next one.
         self.others = None
-        logger.info(
-            "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
-            ", ".join(sorted(d[:12] for d in gone)),
-            self.deferred,
-            extra={"action": "declarations_gone"},
-        )
+        if gone:
+            logger.info(
+                "declaration set(s) %s no longer live; reconciling again (%d deferred change(s))",
+                ", ".join(sorted(d[:12] for d in gone)),
+                self.deferred,
+                extra={"action": "declarations_gone"},
+            )
+        else:
+            logger.info(
+                "a scheduler process started and stopped since the last look; reconciling "
+                "again, as it may have declared tasks no live process declares",
+                extra={"action": "declarations_gone"},
+            )
         return True
+
+    def _came_and_went(self, after: int, upto: int, now: dt.datetime) -> bool:
+        """Return whether a process registered after id `after` is no longer live."""
+        newcomers = SchedulerProcess.objects.using(self.using).filter(pk__gt=after, pk__lte=upto)
+        live = SchedulerProcess.objects.using(self.using).live(now, self.stale_after)
+        return newcomers.exclude(pk__in=live.values("pk")).exists()
 
     def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
         return live_digests(self.using, now, self.stale_after) - {process.declaration_set}
+
+
+def _newest_process(using: str) -> int:
+    newest = SchedulerProcess.objects.using(using).order_by("-pk").values_list("pk", flat=True)
+    return newest.first() or 0

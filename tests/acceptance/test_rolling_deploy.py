@@ -271,3 +271,24 @@ def v2_hash(name: str) -> str:
     declarations, problems = collect({"TASKS": V2, "POLL_INTERVAL": 1})
     assert problems == []
     return declarations[name].definition_hash
+
+
+def test_a_once_run_with_new_settings_leaves_no_task_behind(schedulers: Schedulers) -> None:
+    # A smoke test of the next release (`runscheduler --once` with its settings) beside the
+    # running fleet: it creates the task only it declares, and stops before the fleet's next
+    # look. The fleet never saw it live; its task stayed declared, overdue every minute.
+    schedulers.configure(V1)
+    (fleet,) = schedulers.start_live(1)
+    schedulers.configure(V2)
+    smoke = schedulers.start("--once")
+    schedulers.expect_exit(smoke)
+    assert smoke.wait() == 0, schedulers.outputs()
+    assert Task.objects.filter(name="b").exists()
+    schedulers.wait_for(
+        lambda: stored("b") == (v2_hash("b"), False),
+        timeout=SLACK,
+        what="the task only the --once run declared retired",
+    )
+    assert "started and stopped since the last look" in fleet.output()
+    # What the fleet declares is its own still.
+    assert stored("a") == (Task.objects.get(name="a").definition_hash, True)

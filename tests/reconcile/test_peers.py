@@ -82,6 +82,30 @@ def test_a_canary_taken_away_has_its_extra_task_retired(make_scheduler):
     }
 
 
+def test_a_canary_that_came_and_went_between_two_looks_has_its_extra_task_retired(
+    make_scheduler,
+):
+    # A `runscheduler --once` with new settings, or a new version's process that stopped
+    # right after reconciling: the fleet never saw it live, its extra task stayed declared
+    # and overdue until every old scheduler restarted.
+    main = make_scheduler(declarations=V1)
+    main.reconcile()
+    main.tick()
+    canary = make_scheduler(declarations=V2)
+    canary.reconcile()
+    assert hashes()["b"][1]
+    mark_stopped(canary.using, canary.process)
+    main.tick()
+    assert hashes() == {
+        "a": (V1["a"].definition_hash, True),
+        "b": (V2["b"].definition_hash, False),
+        "c": (V1["c"].definition_hash, True),
+    }
+    # Looked at once: the next tick does not reconcile again.
+    main.tick()
+    assert main.rollout.others is not None
+
+
 def test_a_holder_in_its_grace_period_releases_its_declarations_at_once(make_scheduler, gate):
     """A SIGTERM'd process claims nothing new: the fleet applies what it deferred for it
     while its last runs finish, not when its grace period ends (up to 25 s late)."""

@@ -94,10 +94,10 @@ def test_peek_with_a_cache_sees_who_went_stale_at_each_tick() -> None:
         )
 
     fresh = look(NOW - MINUTE)
-    assert (fresh.next_due, fresh.others) == (NOW + MINUTE, (1, other.pk))
+    assert (fresh.next_due, fresh.others) == (NOW + MINUTE, (1, other.pk, other.pk))
     # The same compiled statement, a later instant: the other process no longer counts.
-    assert look(NOW + MINUTE).others == (0, 0)
-    assert look(NOW - MINUTE).others == (1, other.pk)
+    assert look(NOW + MINUTE).others == (0, 0, other.pk)
+    assert look(NOW - MINUTE).others == (1, other.pk, other.pk)
     # The overdue look is its own shape, bound to its own instant.
     assert look(NOW - MINUTE, overdue_before=NOW).overdue is False
     assert look(NOW - MINUTE, overdue_before=NOW + 2 * MINUTE).overdue is True
