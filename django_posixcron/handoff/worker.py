@@ -28,6 +28,7 @@ from django.db import (
     close_old_connections,
     connections,
 )
+from django.db.models import Exists, OuterRef
 from django.dispatch import receiver
 
 from django_posixcron.conf import poll_interval_or_default
@@ -44,7 +45,7 @@ from django_posixcron.declarations import TaskDeclaration, collect, describe_pro
 from django_posixcron.declarations.problems import Problem
 from django_posixcron.executors.base import describe_exception, refuse_unrun
 from django_posixcron.log import get_logger
-from django_posixcron.models import Run, RunStatus
+from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduling import rules
 from django_posixcron.scheduling.outcomes import (
     Notifier,
@@ -131,6 +132,13 @@ def _flip(run: Run, using: str) -> bool:
         )
         return False
     run.status, run.started_at, run.heartbeat_at, run.worker = RunStatus.RUNNING, now, now, label
+    # The claim dated the task's last run when it queued it; the run starts now. Unless a
+    # later run of the task was claimed meanwhile, the task's last run starts now too, so
+    # that its "last run" reads as the run's own start and duration, not the queue's wait.
+    later = Run.objects.using(using).filter(task_id=OuterRef("pk"), pk__gt=run.pk)
+    Task.objects.using(using).filter(pk=run.task_id, last_run_started_at__lt=now).exclude(
+        Exists(later)
+    ).update(last_run_started_at=now)
     return True
 
 

@@ -326,6 +326,40 @@ def test_overlap_skip_counts_a_queued_run_as_running(world):
     assert statuses == ["queued", "skipped"]
 
 
+def test_the_tasks_last_run_starts_when_its_worker_starts_it(world, monkeypatch):
+    # The admin's "last run" showed the claim's instant and a duration that counted the wait
+    # in the queue (31 s for a run of 0.04 s), where the run's own page said otherwise.
+    from django_posixcron.handoff import worker
+
+    clock = [T0]
+    monkeypatch.setattr(worker, "database_now", lambda using: clock[0])
+    world.settings({"minutely": handed_off("minutely", "* * * * *", overlap="allow")})
+    world.start(T0 - MINUTE)
+    world.tick(T0)
+    first = only_run("minutely")
+    assert Task.objects.get(name="minutely").last_run_started_at == T0
+
+    clock[0] = T0 + dt.timedelta(seconds=31)
+    deliver(first)
+
+    first.refresh_from_db()
+    task = Task.objects.get(name="minutely")
+    assert first.started_at == T0 + dt.timedelta(seconds=31)
+    assert task.last_run_started_at == first.started_at
+    assert task.last_run_finished_at == first.finished_at
+
+    # A run claimed after it is the task's last run, whichever worker starts first.
+    world.tick(T0 + MINUTE)
+    world.tick(T0 + 2 * MINUTE)
+    second, third = Run.objects.filter(status=RunStatus.QUEUED).order_by("pk")
+    clock[0] = T0 + 2 * MINUTE + dt.timedelta(seconds=5)
+    deliver(second)
+    assert Task.objects.get(name="minutely").last_run_started_at == T0 + 2 * MINUTE
+    clock[0] = T0 + 2 * MINUTE + dt.timedelta(seconds=9)
+    deliver(third)
+    assert Task.objects.get(name="minutely").last_run_started_at == clock[0]
+
+
 def test_a_worker_records_the_timeout_it_cannot_stop(world):
     world.settings(
         {
