@@ -48,11 +48,13 @@ class LastStatusFilter(admin.SimpleListFilter):
     parameter_name = "last_run_status__exact"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        # A queued run (handed to a worker) is in progress too: "running" finds its task.
+        # A queued run (handed to a worker) is in progress too: "running" finds its task. A
+        # skipped occurrence is recorded as a run but is never the task's last run (the run
+        # it was skipped for is): offered, it would always find nothing.
         finals = [
             (value, label)
             for value, label in RunStatus.choices
-            if value not in (RunStatus.RUNNING, RunStatus.QUEUED)
+            if value not in (RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.SKIPPED)
         ]
         return [("running", RunStatus.RUNNING.label), *finals, ("never", _("never run"))]
 

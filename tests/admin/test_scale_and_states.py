@@ -83,6 +83,13 @@ def test_the_last_status_filter_has_never_run(superuser):
     assert [t.name for t in response.context["cl"].result_list] == ["fresh"]
 
 
+def test_the_last_status_filter_offers_only_what_a_last_run_can_be(superuser):
+    # A skipped occurrence never becomes the task's last run: the choice found nothing.
+    html = client_for(superuser).get(TASKS).content.decode()
+    assert "last_run_status__exact=failed" in html
+    assert "last_run_status__exact=skipped" not in html
+
+
 def test_a_paused_task_shows_paused_instead_of_a_next_run_time(superuser):
     make_task(name="held", paused=True, next_run_at=timezone.now() + dt.timedelta(hours=1))
     make_task(name="going", next_run_at=timezone.now() + dt.timedelta(hours=1))
