@@ -46,7 +46,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
         # A failed scrape, said in one line (the scraper records it as such), rather than
         # Django's error page and a traceback at every scrape while the database is away.
         message = read_failure(app_alias(collector.using), error)
-        return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
-    response = HttpResponse(body, content_type=content_type)
+        response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+    else:
+        response = HttpResponse(body, content_type=content_type)
+    # Neither the series nor the failure may be served again from a cache.
     response["Cache-Control"] = "no-store"
     return response

@@ -270,6 +270,7 @@ def test_a_scrape_the_database_cannot_answer_is_a_503_that_says_why(db, monkeypa
     response = Client(raise_request_exception=True).get("/metrics")
     assert response.status_code == 503
     assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response["Cache-Control"] == "no-store"
     assert response.content.decode() == (
         "database unavailable: connection refused; Is the server running?"
     )
