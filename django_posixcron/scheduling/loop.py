@@ -517,7 +517,7 @@ class Scheduler:
             # reply's latency counts against the host; drift is well under a millisecond a
             # second) never claims an occurrence before the database clock reaches it.
             now = self.now() - BURST_CLOCK_MARGIN
-            peeked = Peek(None, now, (0, 0))
+            peeked = Peek(None, now, (0, 0, 0))
         else:
             if not explicit and not has_clock(self.using):
                 # SQLite: due-ness is judged by this host's clock, read here.
