@@ -25,7 +25,7 @@ from django_posixcron.admin.filters import HealthFilter, LastStatusFilter, State
 from django_posixcron.admin.permissions import Guarded
 from django_posixcron.db import app_alias
 from django_posixcron.deployments import Pending, live_peers, pending_changes
-from django_posixcron.models import Run, RunStatus, Task
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task
 from django_posixcron.scheduling.rules import retry_replaced
 from django_posixcron.timing import occurrences
 
@@ -336,7 +336,8 @@ class TaskAdmin(Guarded, TaskStateActions):
         using = app_alias()
         live = display.live_processes(now)
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
-        more = len(processes) > HEADER_PROCESSES
+        # A larger fleet is counted, and the process list (if this site has it) shows it.
+        more = live.count() - HEADER_PROCESSES if len(processes) > HEADER_PROCESSES else 0
         # Only live processes declaring different sets can disagree: the usual page, with
         # one set live, asks nothing more.
         if more or len({p.declaration_set for p in processes if p.declaration_set}) > 1:
@@ -344,6 +345,7 @@ class TaskAdmin(Guarded, TaskStateActions):
         context = {
             "posixcron_processes": processes[:HEADER_PROCESSES],
             "posixcron_more_processes": more,
+            "posixcron_processes_url": self._process_list_url(request) if more else "",
             "posixcron_failing": Task.objects.using(using).failing().count(),
             "posixcron_overdue": Task.objects.using(using)
             .overdue(now, slack=display.poll_interval())
@@ -351,6 +353,14 @@ class TaskAdmin(Guarded, TaskStateActions):
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=context)
+
+    def _process_list_url(self, request: HttpRequest) -> str:
+        process_admin = self.admin_site._registry.get(SchedulerProcess)
+        if process_admin is None or not process_admin.has_view_permission(request):
+            return ""
+        return reverse(
+            "admin:django_posixcron_schedulerprocess_changelist", current_app=self.admin_site.name
+        )
 
     # The task page ---------------------------------------------------------------------
 

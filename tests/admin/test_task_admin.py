@@ -130,6 +130,20 @@ def test_list_sorts_by_next_run(superuser):
     assert [t.name for t in response.context["cl"].result_list] == ["b-later", "a-sooner"]
 
 
+def test_a_large_fleet_is_counted_in_the_header_and_links_to_the_process_list(superuser):
+    now = timezone.now()
+    SchedulerProcess.objects.bulk_create(
+        SchedulerProcess(hostname=f"pod-{i:02}", pid=1, last_heartbeat_at=now) for i in range(27)
+    )
+    html = client_for(superuser).get(LIST).content.decode()
+    header = html.split('id="posixcron-status"')[1].split("</div>")[0]
+    assert header.count('class="posixcron-process"') == 20
+    assert "pod-19:1" in header
+    assert "pod-20:1" not in header
+    processes = reverse("admin:django_posixcron_schedulerprocess_changelist")
+    assert f'<a href="{processes}" id="posixcron-more-processes">and 7 more</a>' in header
+
+
 def names_sorted_by(superuser: Any, column: str) -> list[str]:
     # The list's columns start with the action checkbox.
     index = 1 + list(TaskAdmin.list_display).index(column)
