@@ -9,7 +9,7 @@ reconcile again: then it applies what it deferred, and retires what only the gon
 (a canary taken away). A process that registered and stopped between two looks (a
 `runscheduler --once` with new settings, a new version that exited right after reconciling) was
 never seen live, yet it may have created tasks nobody else declares: its id, past the newest one
-seen, makes the fleet reconcile again too.
+seen, makes the fleet reconcile again too, as does one seen first while already stopping.
 """
 
 from __future__ import annotations
@@ -124,10 +124,12 @@ class Rollout:
         return True
 
     def _came_and_went(self, after: int, upto: int, now: dt.datetime) -> bool:
-        """Return whether a process registered after id `after` is no longer live."""
-        newcomers = SchedulerProcess.objects.using(self.using).filter(pk__gt=after, pk__lte=upto)
-        live = SchedulerProcess.objects.using(self.using).live(now, self.stale_after)
-        return newcomers.exclude(pk__in=live.values("pk")).exists()
+        """Return whether a process registered after id `after` no longer holds what it
+        declares: stopped, stale, or stopping (in its grace period it let go of them)."""
+        processes = SchedulerProcess.objects.using(self.using)
+        newcomers = processes.filter(pk__gt=after, pk__lte=upto)
+        holding = processes.live(now, self.stale_after).exclude(declaration_set="")
+        return newcomers.exclude(pk__in=holding.values("pk")).exists()
 
     def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
         return live_digests(self.using, now, self.stale_after) - {process.declaration_set}

@@ -12,7 +12,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_posixcron.models import DeclarationSet, SchedulerProcess, Task
-from django_posixcron.scheduling.liveness import mark_stopped
+from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
 from tests.harness.declaring import declare, task
 from tests.harness.locks import held_elsewhere
 from tests.harness.waiting import wait_until
@@ -104,6 +104,19 @@ def test_a_canary_that_came_and_went_between_two_looks_has_its_extra_task_retire
     # Looked at once: the next tick does not reconcile again.
     main.tick()
     assert main.rollout.others is not None
+
+
+def test_a_canary_already_stopping_at_the_first_look_has_its_extra_task_retired(make_scheduler):
+    # SIGTERM'd right after it reconciled: still live (its grace period), but it let go of
+    # what it declares before the fleet first looked, so its set was never seen live.
+    main = make_scheduler(declarations=V1)
+    main.reconcile()
+    main.tick()
+    canary = make_scheduler(declarations=V2)
+    canary.reconcile()
+    release_declarations(canary.using, canary.process)
+    main.tick()
+    assert hashes()["b"] == (V2["b"].definition_hash, False)
 
 
 def test_a_holder_in_its_grace_period_releases_its_declarations_at_once(make_scheduler, gate):
