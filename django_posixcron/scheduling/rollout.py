@@ -70,9 +70,11 @@ class Rollout:
     def reconcile(self, process: SchedulerProcess, now: dt.datetime) -> Plan:
         """Reconcile settings, deferring what live peers hold; remember who was live."""
         # Looked at before reconciling: a set that goes in between is then seen to go, and a
-        # process that registers in between has a newer id.
-        seen = self._live_sets(process, database_now(self.using))
+        # process that registers in between has a newer id. The id first: a process that
+        # registered between the two reads, were they the other way round, would be in
+        # neither, and its going unseen.
         newest = _newest_process(self.using)
+        seen = self._live_sets(process, database_now(self.using))
         plan = reconcile(
             now=now,
             declarations=self.declarations,
@@ -99,7 +101,7 @@ class Rollout:
         live = self._live_sets(process, now)
         gone = self.peer_sets - live
         newest = others[2]
-        unseen = newest > self.newest and self._came_and_went(self.newest, newest, now)
+        unseen = newest > self.newest and self._came_and_went(process, self.newest, newest, now)
         if not gone and not unseen:
             self.others = others
             self.peer_sets = live
@@ -123,13 +125,17 @@ class Rollout:
             )
         return True
 
-    def _came_and_went(self, after: int, upto: int, now: dt.datetime) -> bool:
+    def _came_and_went(
+        self, process: SchedulerProcess, after: int, upto: int, now: dt.datetime
+    ) -> bool:
         """Return whether a process registered after id `after` no longer holds what it
-        declares: stopped, stale, or stopping (in its grace period it let go of them)."""
+        declares (stopped, stale, or stopping: in its grace period it let go of them), unless
+        it declared what we do (a `--once` of the fleet's own settings, every minute)."""
         processes = SchedulerProcess.objects.using(self.using)
         newcomers = processes.filter(pk__gt=after, pk__lte=upto)
         holding = processes.live(now, self.stale_after).exclude(declaration_set="")
-        return newcomers.exclude(pk__in=holding.values("pk")).exists()
+        gone = newcomers.exclude(pk__in=holding.values("pk"))
+        return gone.exclude(declaration_set=process.declaration_set).exists()
 
     def _live_sets(self, process: SchedulerProcess, now: dt.datetime) -> set[str]:
         return live_digests(self.using, now, self.stale_after) - {process.declaration_set}

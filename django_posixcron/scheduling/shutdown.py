@@ -219,10 +219,13 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     # From the stop request (the signal), not from when the loop got here: a tick waiting
     # on a database that does not answer holds the loop, and the supervisor's clock runs.
     ends = (scheduler.stop_requested_at or time.monotonic()) + grace
-    # With the database away, the stop recorded below releases them as well.
-    with contextlib.suppress(DatabaseError):
-        release_declarations(scheduler.using, scheduler.process)
     running = len(runs.pks())
+    if running:
+        # With the database away, the stop recorded below releases them as well. With
+        # nothing running the stop follows at once, and the stopped row keeps naming what
+        # it declared: the fleet then knows a `--once` of its own settings changed nothing.
+        with contextlib.suppress(DatabaseError):
+            release_declarations(scheduler.using, scheduler.process)
     left = max(0.0, ends - time.monotonic())
     if running:
         logger.info(

@@ -106,6 +106,27 @@ def test_a_canary_that_came_and_went_between_two_looks_has_its_extra_task_retire
     assert main.rollout.others is not None
 
 
+def test_a_run_of_the_fleets_own_settings_that_came_and_went_changes_nothing(
+    make_scheduler, caplog
+):
+    # `runscheduler --once` from system cron beside a fleet of the same release: each one
+    # made every fleet process reconcile again, every minute.
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    main = make_scheduler(declarations=V1)
+    main.reconcile()
+    main.tick()
+    twin = make_scheduler(declarations=V1)
+    twin.start()
+    twin.reconcile()
+    twin.shutdown()  # nothing running: its stopped row keeps naming what it declared
+    assert SchedulerProcess.objects.get(pk=twin.process.pk).declaration_set == (
+        main.process.declaration_set
+    )
+    main.tick()
+    assert not [r for r in caplog.records if getattr(r, "action", None) == "declarations_gone"]
+    assert main.rollout.others is not None
+
+
 def test_a_canary_already_stopping_at_the_first_look_has_its_extra_task_retired(make_scheduler):
     # SIGTERM'd right after it reconciled: still live (its grace period), but it let go of
     # what it declares before the fleet first looked, so its set was never seen live.
