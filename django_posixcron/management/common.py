@@ -228,7 +228,10 @@ def read_failure(using: str, exc: BaseException, what: str = "the query") -> str
     and the command to run. Else the database away (`database unavailable: ...`), or
     refusing what was asked (a role without the privileges: `database refused what: ...`).
     """
-    missing = missing_migrations(using)
+    # A database that could not even be reached is not asked which migrations it lacks: a
+    # second connection would wait out its timeout again (a probe's own ran out first).
+    reached = connections[using].connection is not None
+    missing = missing_migrations(using) if reached or not outage(exc) else None
     if missing is not None:
         return missing
     said = "unavailable" if outage(exc) else f"refused {what}"

@@ -20,6 +20,9 @@ class Relay:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self.silent = threading.Event()
+        # Connections accepted and left unanswered: each is one attempt that waited out its
+        # connect timeout.
+        self.unanswered = 0
         self.down = threading.Event()
         self._marker: bytes | None = None
         self._closed = threading.Event()
@@ -82,6 +85,7 @@ class Relay:
             if not self._keep(client):
                 return
             if self.silent.is_set():
+                self.unanswered += 1
                 continue  # accepted, never answered
             try:
                 server = socket.create_connection(self.target, timeout=5)
