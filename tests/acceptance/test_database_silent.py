@@ -152,3 +152,22 @@ def test_a_scheduler_cut_off_while_reconciling_says_so_and_lets_others_start(
         timeout=IDLE_IN_TRANSACTION_LIMIT + 30,
         what="the cut-off scheduler to say it waits",
     )
+
+
+def test_a_liveness_probe_can_stay_healthy_while_the_database_is_away(
+    schedulers: Schedulers, relay: Relay
+) -> None:
+    # The documented probe restarted a healthy scheduler during an outage, and a run that
+    # ended meanwhile, whose outcome it kept to write later, was then marked lost and retried.
+    through(schedulers, relay, {})
+    relay.down.set()
+    result = schedulers.manage("schedulerstatus", "--this-host", "--ignore-unavailable", timeout=60)
+    assert result.returncode == 0, result
+    assert result.stdout.startswith("database unavailable: "), result
+    assert result.stdout.rstrip().endswith("(ignored: --ignore-unavailable)"), result
+    # A database that accepts the connection and never answers is away too.
+    relay.down.clear()
+    relay.silence()
+    result = schedulers.manage("schedulerstatus", "--ignore-unavailable", timeout=60)
+    assert result.returncode == 0, result
+    assert "database unavailable: " in result.stdout, result

@@ -275,6 +275,31 @@ def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
     )
 
 
+def test_ignore_unavailable_stays_healthy_only_through_an_outage(monkeypatch):
+    from django.db import OperationalError, ProgrammingError
+
+    from django_posixcron.management.commands import schedulerstatus
+
+    def away(using: str) -> dt.datetime:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(schedulerstatus, "database_now", away)
+    code, out = status("--ignore-unavailable")
+    assert code == 0
+    assert out.strip() == (
+        "database unavailable: connection refused (ignored: --ignore-unavailable)"
+    )
+
+    # A refusal (a role without the privileges) would fail again at every probe.
+    def refused(using: str) -> dt.datetime:
+        raise ProgrammingError("permission denied for table django_posixcron_task")
+
+    monkeypatch.setattr(schedulerstatus, "database_now", refused)
+    code, out = status("--ignore-unavailable")
+    assert code == 1
+    assert "database refused the status query: permission denied" in out
+
+
 def test_json_says_an_unreachable_database_as_json_too(monkeypatch):
     from django.db import OperationalError
 

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now, with_connection_timeouts
+from django_posixcron.db import app_alias, database_now, outage, with_connection_timeouts
 from django_posixcron.deployments import Pending, live_peers, pending_changes
 from django_posixcron.management import common
 from django_posixcron.management.common import (
@@ -129,6 +129,10 @@ def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
     return f"{(now - then).total_seconds():.1f} s ago"
 
 
+class Unavailable(CommandError):
+    """The database could not be reached (not refused, not missing its migrations)."""
+
+
 class Command(common.Command):
     help = (
         "Show live scheduler processes, overdue and failing tasks, and runs handed to workers. "
@@ -157,6 +161,13 @@ class Command(common.Command):
             help="List overdue tasks but stay healthy.",
         )
         parser.add_argument(
+            "--ignore-unavailable",
+            action="store_true",
+            help="Say so but stay healthy when the database cannot be reached: restarting "
+            "the scheduler will not bring it back (a liveness probe), and a scheduler keeps "
+            "the outcomes of runs that end meanwhile until it can write them.",
+        )
+        parser.add_argument(
             "--this-host",
             action="store_true",
             help="Require a live scheduler on this host (its hostname), not anywhere: "
@@ -171,11 +182,16 @@ class Command(common.Command):
         try:
             status = self._status(options)
         except CommandError as error:
+            ignored = isinstance(error, Unavailable) and options["ignore_unavailable"]
             if options["json"]:
                 # Still one JSON object on stdout, for whatever parses it: an unknown
                 # --database, a database that does not answer, a missed migration.
                 answer = {"healthy": False, "problems": [str(error)]}
                 self.stdout.write(json.dumps(answer, indent=2))
+            elif ignored:
+                self.stdout.write(f"{error} (ignored: --ignore-unavailable)")
+            if ignored:
+                return
             raise
         try:
             if options["json"]:
@@ -219,6 +235,8 @@ class Command(common.Command):
         except DatabaseError as exc:
             # A probe wants a one-line answer, not a traceback.
             message = read_failure(using, exc, "the status query")
+            if outage(exc) and message.startswith("database unavailable"):
+                raise Unavailable(message, returncode=1) from exc
             raise CommandError(message, returncode=1) from exc
 
     def _print(self, status: Status) -> None:
