@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -87,6 +89,21 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
     return []
 
 
+# The alias `runscheduler --database ALIAS` runs on, while its checks run: the one whose
+# transactions matter to it, not the routers' choice.
+_COMMAND_ALIAS: ContextVar[str | None] = ContextVar("posixcron_command_alias", default=None)
+
+
+@contextlib.contextmanager
+def judging_alias(alias: str | None) -> Iterator[None]:
+    """Judge the database settings of `alias` (when given) in the checks run inside."""
+    token = _COMMAND_ALIAS.set(alias)
+    try:
+        yield
+    finally:
+        _COMMAND_ALIAS.reset(token)
+
+
 @checks.register()
 def check_sqlite_transaction_mode(
     app_configs: Any = None, **kwargs: Any
@@ -94,10 +111,12 @@ def check_sqlite_transaction_mode(
     """Warn when the scheduler's SQLite database starts transactions DEFERRED."""
     from django_posixcron.models import Task
 
-    try:
-        alias = router.db_for_write(Task)
-    except Exception:
-        return []  # check_database_alias() reports routers that raise (app_alias())
+    alias = _COMMAND_ALIAS.get()
+    if alias is None:
+        try:
+            alias = router.db_for_write(Task)
+        except Exception:
+            return []  # check_database_alias() reports routers that raise (app_alias())
     return sqlite_transaction_mode_warnings(alias, settings.DATABASES.get(alias, {}))
 
 

@@ -5,6 +5,8 @@ import os
 from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES
 
+# The routers' alias starts its transactions DEFERRED too: `--database lite` is not about it.
+DATABASES["default"] = {**DATABASES["default"], "OPTIONS": {}}
 DATABASES["lite"] = {
     "ENGINE": "django.db.backends.sqlite3",
     "NAME": os.environ.get("POSIXCRON_LITE_DB", "lite.sqlite3"),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
+from django_posixcron.checks import judging_alias
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     bound_idle_transactions,
@@ -236,7 +237,10 @@ class Command(common.Command):
         # on SQLite and MySQL), and a database that is down must be waited for below, not end
         # the process with a traceback. What the scheduler needs of the database is checked
         # by check_database_support() once it answers.
-        with collected_once():  # validated once for the checks and the scheduler
+        # The database settings judged are those of the alias this process runs on: a
+        # --database that names another than the routers' would otherwise be warned about
+        # the routers' one.
+        with collected_once(), judging_alias(options["database"] or None):
             self.check(display_num_errors=False, databases=[])
             refuse_without_the_setting()
             declarations = checked_declarations()
@@ -246,9 +250,6 @@ class Command(common.Command):
         using = command_alias(options["database"])
         if not options["check"]:
             refuse_inside_a_transaction(using)
-        if options["database"] and using != command_alias(None):
-            # The checks above judged the routers' alias; this process uses another.
-            self._warn_sqlite_deferred(using)
         # Before the first connection: a database that stops answering is then an error,
         # and a session the server keeps after this process was cut off holds no lock long.
         with_connection_timeouts(using)
@@ -334,17 +335,6 @@ class Command(common.Command):
             return  # stopped by a signal while waiting
         self._summary(scheduler, ready)
         scheduler.run()
-
-    def _warn_sqlite_deferred(self, using: str) -> None:
-        from django.conf import settings
-
-        from django_posixcron.checks import sqlite_transaction_mode_warnings
-
-        for warning in sqlite_transaction_mode_warnings(using, settings.DATABASES[using]):
-            self.stderr.write(
-                f"WARNING: ({warning.id}) {warning.msg}\n\tHINT: {warning.hint}",
-                self.style.WARNING,
-            )
 
     def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
         """Tick once, wait for its runs, and say how it went (for system cron)."""
