@@ -289,6 +289,8 @@ def test_a_once_run_with_new_settings_leaves_no_task_behind(schedulers: Schedule
         timeout=SLACK,
         what="the task only the --once run declared retired",
     )
-    assert "started and stopped since the last look" in fleet.output()
+    # Seen stopped ("started and stopped since the last look"), or, on a slow host, seen live
+    # by a tick of the fleet and then gone ("no longer live"): either way it reconciled.
+    assert "reconciling again" in fleet.output()
     # What the fleet declares is its own still.
     assert stored("a") == (Task.objects.get(name="a").definition_hash, True)
