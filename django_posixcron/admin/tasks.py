@@ -336,8 +336,9 @@ class TaskAdmin(Guarded, TaskStateActions):
         using = app_alias()
         live = display.live_processes(now)
         processes = list(live.order_by("hostname", "pid")[: HEADER_PROCESSES + 1])
-        # A larger fleet is counted, and the process list (if this site has it) shows it.
-        more = live.count() - HEADER_PROCESSES if len(processes) > HEADER_PROCESSES else 0
+        # A larger fleet is counted, and the process list (if this site has it) shows it. At
+        # least one more: the count may miss one that went stale since the first read.
+        more = max(live.count() - HEADER_PROCESSES, 1) if len(processes) > HEADER_PROCESSES else 0
         # Only live processes declaring different sets can disagree: the usual page, with
         # one set live, asks nothing more.
         if more or len({p.declaration_set for p in processes if p.declaration_set}) > 1:
