@@ -377,6 +377,21 @@ class Runs:
             for i in remaining
         ]
 
+    def stop_processes(self, error: str, now: Callable[[], dt.datetime]) -> int:
+        """Have the process of each run in flight stopped, the run to end interrupted once
+        its process is gone; return how many were not ending already. Safe from any thread.
+
+        Only for an executor that stops runs: threads cannot be stopped.
+        """
+        with self.lock:
+            stopping = [i for i in self.inflight.values() if i.ending is None]
+            for inflight in stopping:
+                inflight.ending = Outcome(inflight.run, RunStatus.INTERRUPTED, now(), error)
+                inflight.deadline = None
+        for inflight in stopping:
+            self.executor.stop(inflight.run.pk)
+        return len(stopping)
+
     def interrupt_remaining(self, error: str, now: Callable[[], dt.datetime]) -> None:
         """Queue every run still in flight as interrupted, releasing its executor slot.
 
@@ -384,13 +399,7 @@ class Runs:
         its process is gone (waiting up to the executor's `kill_after` and a little more).
         """
         if self.executor.stops_on_timeout:
-            with self.lock:
-                stopping = [i for i in self.inflight.values() if i.ending is None]
-                for inflight in stopping:
-                    inflight.ending = Outcome(inflight.run, RunStatus.INTERRUPTED, now(), error)
-                    inflight.deadline = None
-            for inflight in stopping:
-                self.executor.stop(inflight.run.pk)
+            self.stop_processes(error, now)
             self.executor.wait_idle(getattr(self.executor, "kill_after", 0.0) + STOP_SLACK)
         with self.lock:
             remaining = list(self.inflight.values())

@@ -60,6 +60,10 @@ HELD_PAST_GRACE = 2.0
 # the stop then took grace + 36 s, past the grace + 15 s the docs tell supervisors to allow.
 GRACEFUL_PAST_GRACE = 10.0
 
+# The graceful stop stops the process executor's runs when the grace period ends; this long
+# after, a thread of its own does it instead if the stop is held up on the database.
+GRACE_END_SLACK = 1.0
+
 _STOP_WATCHING = b"\0"
 
 # The watcher installed in this process, for the fork handler below.
@@ -235,11 +239,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
             extra={"action": "shutdown_waiting"},
         )
     scheduler.wait_idle(left)
-    runs.interrupt_remaining(
-        "Interrupted: the scheduler was asked to stop and the run did not "
-        f"finish within the {grace:g} s grace period.",
-        scheduler.now,
-    )
+    runs.interrupt_remaining(_past_grace(grace), scheduler.now)
     failures = 0
     while True:
         try:
@@ -302,6 +302,13 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     )
 
 
+def _past_grace(grace: float) -> str:
+    return (
+        "Interrupted: the scheduler was asked to stop and the run did not "
+        f"finish within the {grace:g} s grace period."
+    )
+
+
 def receivers_time(grace_ends: float, most: float, now: float) -> float:
     """Return how long signal receivers may still take at shutdown: up to `most`, but no
     more than RECEIVERS_PAST_GRACE past the grace period (at least RECEIVERS_LEAST).
@@ -335,6 +342,35 @@ def first_signal(scheduler: Scheduler, name: str) -> None:
     threading.Thread(
         target=_stop_deadline, args=(scheduler,), name="posixcron-stop-deadline", daemon=True
     ).start()
+    if scheduler.executor.stops_on_timeout:
+        threading.Thread(
+            target=_grace_end, args=(scheduler,), name="posixcron-grace-end", daemon=True
+        ).start()
+
+
+def _grace_end(scheduler: Scheduler) -> None:
+    """Stop the runs' processes when the grace period ends (runs on its own thread).
+
+    The graceful stop does so itself, unless the main thread is held up on a database that
+    does not answer (a statement, a connection attempt): then the runs' processes would go on
+    executing until the forced exit, GRACEFUL_PAST_GRACE later, although the grace period
+    they were given is over. Their outcomes are then recorded as the stop goes on, or by the
+    forced exit.
+    """
+    since = scheduler.stop_requested_at
+    assert since is not None
+    ends = since + scheduler.grace + GRACE_END_SLACK
+    if scheduler.stopped.wait(max(0.0, ends - time.monotonic())):
+        return
+    stopped = scheduler.runs.stop_processes(_past_grace(scheduler.grace), scheduler.now)
+    if stopped:
+        logger.warning(
+            "the %g s grace period is over and the stop is held up (a database that does "
+            "not answer?): stopping the process of %d run(s) still executing",
+            scheduler.grace,
+            stopped,
+            extra={"action": "shutdown_grace_over"},
+        )
 
 
 def _stop_deadline(scheduler: Scheduler) -> None:

@@ -19,7 +19,7 @@ from django.db import connection
 
 from django_posixcron.db import IDLE_IN_TRANSACTION_LIMIT
 from django_posixcron.models import Task
-from tests.harness.processes import Schedulers, only_on, record_task, task
+from tests.harness.processes import Schedulers, only_on, record_task, running, task
 from tests.harness.proxy import Relay, relay_to_test_database
 from tests.testapp.models import Hit
 
@@ -74,6 +74,38 @@ def test_a_first_signal_ends_the_process_in_time_while_the_database_is_silent(
     assert elapsed < 3 + STOP_BUDGET_PAST_GRACE, schedulers.outputs()
     assert code == 1, schedulers.outputs()  # forced: the shutdown could not be recorded
     assert "the graceful stop has not ended 10 s past the 3 s grace period" in child.output()
+
+
+def test_the_grace_period_ends_the_runs_processes_while_the_database_is_silent(
+    schedulers: Schedulers, relay: Relay, tmp_path: Path
+) -> None:
+    # The graceful stop, held up on the silent database, reached the end of the grace period
+    # only at the forced exit 10 s later: the process executor's run went on executing past
+    # the grace it was given.
+    release, pid_file = tmp_path / "release", tmp_path / "child.pid"
+    job = task(
+        "tests.testapp.jobs.pid_then_wait",
+        kwargs={"path": str(release), "pid_file": str(pid_file), "task_name": "held"},
+    )
+    through(schedulers, relay, {"held": job})
+    child = schedulers.start_live(1, "--executor", "process", "--grace", "3")[0]
+    Task.objects.get(name="held").request_run()
+    schedulers.wait_for(
+        lambda: Hit.objects.filter(task_name="held", label="started").exists(),
+        what="the run to start",
+    )
+    pid = int(pid_file.read_text())
+    relay.silence()
+    schedulers.expect_exit(child)
+    child.signal(signal.SIGTERM)
+    schedulers.wait_for(
+        lambda: not running(pid), timeout=30, what=f"the run's process {pid} to be stopped"
+    )
+    # Stopped by the end of the grace period, not by the forced exit 10 s after it.
+    assert "the graceful stop has not ended" not in child.output(), schedulers.outputs()
+    assert child.alive(), schedulers.outputs()
+    assert "the 3 s grace period is over and the stop is held up" in child.output()
+    assert child.wait(timeout=3 + STOP_BUDGET_PAST_GRACE + 30) == 1, schedulers.outputs()
 
 
 def test_a_first_signal_does_not_wait_out_the_grace_with_nothing_running(
