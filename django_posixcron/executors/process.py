@@ -88,6 +88,7 @@ class _Child:
             dict(declaration.kwargs or {}),
             key,
             args,
+            database_names(),
         )
         # A child that died at start-up reports nothing; the wait loop says so.
         with contextlib.suppress(BrokenPipeError):
@@ -263,6 +264,33 @@ def child_main(lifeline_fd: int, result_fd: int) -> None:
     _exit_like(status)
 
 
+def database_names() -> dict[str, Any]:
+    """Return each database's NAME as this process has it: a test run renames them."""
+    from django.conf import settings
+
+    return {alias: entry.get("NAME") for alias, entry in settings.DATABASES.items()}
+
+
+def _use_database_names(names: dict[str, Any]) -> None:
+    """Point each database at the NAME the scheduler's process uses.
+
+    The run's process reads the settings module afresh, where a test run's scheduler (a
+    pytest-django or `manage.py test` suite driving runs through this executor) uses the test
+    databases: its task code must read and write those, never the databases the settings
+    name. As Django's test runner renames them: in the settings and on the connection.
+    """
+    from django.conf import settings
+    from django.db import connections
+
+    for alias, name in names.items():
+        entry = settings.DATABASES.get(alias)
+        if entry is None or entry.get("NAME") == name:
+            continue
+        connections[alias].close()
+        entry["NAME"] = name
+        connections[alias].settings_dict["NAME"] = name
+
+
 def _run(
     result_fd: int,
     settings_module: str,
@@ -270,6 +298,7 @@ def _run(
     kwargs: dict[str, Any],
     key: int,
     args: tuple[Any, ...] = (),
+    names: dict[str, Any] | None = None,
 ) -> None:
     """In the run's process: set Django up, call the task, report how it went."""
     results = Connection(result_fd, readable=False)
@@ -279,6 +308,8 @@ def _run(
         from django.utils.module_loading import import_string
 
         _set_up_django()
+        if names:
+            _use_database_names(names)
         refuse_unrun(import_string(callable_path)(*args, **kwargs))
         message: tuple[str, ...] = ("ok",)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too

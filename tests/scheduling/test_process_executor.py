@@ -279,3 +279,16 @@ def test_a_run_stopped_before_its_process_starts_never_starts(tmp_path):
 def _invoke_quietly(executor: ProcessExecutor, key: int, declaration: TaskDeclaration) -> None:
     with contextlib.suppress(TaskCodeError):
         executor.invoke(key, declaration)
+
+
+def test_task_code_in_the_child_uses_the_test_database(tasks, make_scheduler):
+    # The child read the settings module afresh: under a test run, its task code wrote to
+    # the database the settings name (a developer's own), not to the test database.
+    tasks(callable_path="tests.testapp.jobs.record", kwargs={"task_name": "in-child"})
+    scheduler = make_scheduler(executor=ProcessExecutor(1))
+    scheduler.tick(T0)
+    assert scheduler.wait_idle(timeout=60)
+
+    run = Run.objects.get()
+    assert (run.status, run.error) == (RunStatus.SUCCEEDED, "")
+    assert Hit.objects.filter(task_name="in-child").count() == 1
