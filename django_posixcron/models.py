@@ -15,6 +15,7 @@ from django.utils import timezone as dj_timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.db import database_now
+from django_posixcron.timing import require_aware
 
 if TYPE_CHECKING:
     from django_posixcron.cron import CronExpression
@@ -144,6 +145,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         self, now: dt.datetime | None = None, slack: dt.timedelta = dt.timedelta(0)
     ) -> TaskQuerySet:
         """Active tasks that should have fired more than `slack` ago (overdue_before())."""
+        if now is not None:
+            require_aware(now)
+        if not isinstance(slack, dt.timedelta):
+            raise TypeError(f"slack must be a datetime.timedelta, got {slack!r}")
         return self.filter(overdue_before((dj_timezone.now() if now is None else now) - slack))
 
     # State changes asked for by operators (the admin's buttons and actions alike). Each is
@@ -170,13 +175,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
         if now is None:
             # The alias .using() or db_manager() chose, else the one the UPDATE goes to.
             return database_now(getattr(self, "_db", None) or router.db_for_write(self.model))
-        if not isinstance(now, dt.datetime) or dj_timezone.is_naive(now):
-            raise TypeError(f"now must be an aware datetime, got {now!r}")
+        require_aware(now)
         return now
 
     def request_run(self, now: dt.datetime | None = None) -> int:
-        """Record a manual run request on each task; return how many had none pending; no
-        task code runs.
+        """Record a manual run request on each declared task; return how many had none
+        pending (nor a manual run recorded at `now`); no task code runs. A retired task is
+        left alone: it never fires, and its return to settings forgets a request.
 
         `now` defaults to the database's clock, the one the scheduler judges due-ness by, so
         a web host whose clock runs ahead cannot make the request wait, nor one behind make
@@ -188,8 +193,15 @@ class TaskQuerySet(models.QuerySet["Task"]):
         # its instant: asking twice before a scheduler picks it up asks for one run, and
         # changes nothing the second time, even when two requests race and the second one
         # read the clock a moment before the first.
-        unrequested = self.filter(run_requested_at__isnull=True)
-        return unrequested.update(run_requested_at=now, due_at=_at_most(now, "due_at"))
+        unrequested = self.filter(run_requested_at__isnull=True, declared=True)
+        # A request at an instant whose manual run is already recorded (a test's fixed `now`
+        # given twice) would be that occurrence again: "already fired", and dropped.
+        served = Run.objects.filter(
+            task=models.OuterRef("pk"), trigger=Trigger.MANUAL, scheduled_for=now
+        )
+        return unrequested.exclude(models.Exists(served)).update(
+            run_requested_at=now, due_at=_at_most(now, "due_at")
+        )
 
 
 class Task(models.Model):
@@ -293,6 +305,14 @@ class Task(models.Model):
     # refreshed), as `update_fields`; an explicit `update_fields` is obeyed as given.
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        for name in CURSORS:
+            # A cursor set as Django's DateTimeField accepts it (an ISO string, a date): as
+            # the instant it stands for, since due_at is computed from it here.
+            value = getattr(self, name)
+            if isinstance(value, str | dt.date) and not isinstance(value, dt.datetime):
+                field = self._meta.get_field(name)
+                assert isinstance(field, models.DateTimeField)
+                setattr(self, name, field.to_python(value))
         if (
             self._loaded is not None
             and not args
@@ -427,7 +447,8 @@ class Task(models.Model):
 
     def request_run(self, now: dt.datetime | None = None) -> bool:
         """Record a manual run request that the scheduler fires at its next tick; a request
-        still pending is kept as it is (and False returned)."""
+        still pending is kept as it is (and False returned), and so is a retired task or one
+        whose manual run at `now` is already recorded (TaskQuerySet.request_run)."""
         row = self._row()
         if now is None:
             now = database_now(row.db)

@@ -32,7 +32,7 @@ from django_posixcron.deployments import Peer, live_peers
 from django_posixcron.log import get_logger
 from django_posixcron.models import SchedulerProcess, Task
 from django_posixcron.scheduling import bulk
-from django_posixcron.timing import first_cursor, in_zone, served_occurrence
+from django_posixcron.timing import first_cursor, in_zone, require_aware, served_occurrence
 
 logger = get_logger(__name__)
 
@@ -791,6 +791,8 @@ def reconcile(
     changes that would take it from them; `logged` remembers the deferrals already logged.
     `check_only` reports the drift against settings alone, whoever is live.
     """
+    if now is not None:
+        require_aware(now)
     alias = app_alias(using)
     now = now or dj_timezone.now()
     if declarations is None:

@@ -13,6 +13,13 @@ _TICK = dt.timedelta(microseconds=1)
 _MINUTE = dt.timedelta(minutes=1)
 
 
+def require_aware(value: object, what: str = "now") -> None:
+    """Raise TypeError unless `value` is an aware datetime: an instant of the API's callers
+    (tests drive the scheduler at one) is compared with the stored UTC instants."""
+    if not isinstance(value, dt.datetime) or value.utcoffset() is None:
+        raise TypeError(f"{what} must be an aware datetime, got {value!r}")
+
+
 def expression(schedule: str) -> CronExpression:
     """Return the parsed expression: the engine's own cache answers repeated questions."""
     return CronExpression(schedule)

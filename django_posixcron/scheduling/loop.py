@@ -50,6 +50,7 @@ from django_posixcron.scheduling.memory import release_freed_memory
 from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
 from django_posixcron.scheduling.rollout import Rollout
 from django_posixcron.scheduling.watchdog import Watchdog
+from django_posixcron.timing import require_aware
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -488,6 +489,10 @@ class Scheduler:
         `due_by` claims only what was due by that instant (`--once`: what its first tick
         found due), however late the tick is; the runs still start at the tick's instant.
         """
+        if now is not None:
+            require_aware(now)
+        if due_by is not None:
+            require_aware(due_by, "due_by")
         if self.process is None:
             self.start()
         assert self.process is not None

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from django_posixcron.models import RunStatus, Task
+from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.admin.conftest import make_task
 
 pytestmark = pytest.mark.django_db
@@ -123,3 +123,45 @@ def test_an_instant_that_is_not_an_aware_datetime_is_refused(method, now):
 def test_an_unsaved_task_says_so(method):
     with pytest.raises(ValueError, match="Task 'draft' is not saved"):
         getattr(Task(name="draft"), method)()
+
+
+def test_overdue_refuses_a_slack_or_an_instant_of_another_kind():
+    with pytest.raises(TypeError, match=r"slack must be a datetime\.timedelta, got 60"):
+        Task.objects.overdue(slack=60)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="now must be an aware datetime"):
+        Task.objects.overdue(now=dt.datetime(2026, 11, 27, 6, 0))
+    assert list(Task.objects.overdue(slack=dt.timedelta(seconds=60))) == []
+
+
+def test_a_cursor_set_as_a_string_is_saved_as_the_instant_it_stands_for():
+    # Django's DateTimeField takes an ISO string; due_at, computed from the cursors at save,
+    # took it for a column name (FieldError).
+    task = make_task(next_run_at=timezone.now() + dt.timedelta(hours=1))
+    task.next_run_at = "2030-02-01T00:00:00+00:00"
+    task.save()
+    task.refresh_from_db()
+    expected = dt.datetime(2030, 2, 1, tzinfo=dt.UTC)
+    assert (task.next_run_at, task.due_at) == (expected, expected)
+
+
+def test_request_run_leaves_retired_tasks_alone():
+    declared, retired = make_task(name="declared"), make_task(name="retired", declared=False)
+    assert Task.objects.all().request_run() == 1
+    assert retired.request_run() is False
+    rows = dict(Task.objects.values_list("name", "run_requested_at"))
+    assert rows["retired"] is None
+    assert rows["declared"] is not None
+    assert declared.request_run() is False  # pending already
+
+
+def test_a_request_at_an_instant_whose_manual_run_is_recorded_is_not_taken():
+    # A test's fixed instant given twice: the second request was taken (True) and then
+    # dropped by the claim as an occurrence already fired, without a run.
+    task = make_task()
+    at = timezone.now()
+    Run.objects.create(
+        task=task, trigger=Trigger.MANUAL, status=RunStatus.SUCCEEDED, scheduled_for=at
+    )
+    assert task.request_run(at) is False
+    assert Task.objects.filter(pk=task.pk).request_run(at) == 0
+    assert task.request_run(at + dt.timedelta(microseconds=1)) is True

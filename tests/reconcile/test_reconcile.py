@@ -458,3 +458,12 @@ def test_lost_cursor_and_foreign_hash_are_repaired():
     assert Task.objects.get(name="a").next_run_at is not None
     assert Task.objects.get(name="b").definition_hash == declarations["b"].definition_hash
     assert reconcile(now=NOW, declarations=declarations).is_empty
+
+
+@pytest.mark.parametrize("now", [NOW.replace(tzinfo=None), NOW.date(), "now"])
+def test_reconciling_at_an_instant_that_is_not_aware_is_refused(now):
+    # A naive instant was stored as one in TIME_ZONE (a warning at most), a string or a date
+    # raised from deep inside.
+    with pytest.raises(TypeError, match="now must be an aware datetime"):
+        reconcile(now=now, declarations=declare(a=task()))
+    assert not Task.objects.exists()

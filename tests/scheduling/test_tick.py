@@ -605,3 +605,18 @@ def test_a_runs_duration_counts_from_its_claim_not_from_its_hand_off(
     assert run.duration is not None
     assert run.duration >= dt.timedelta(seconds=0.3)
     assert run.finished_at == run.started_at + run.duration
+
+
+@pytest.mark.parametrize("now", [dt.datetime(2026, 11, 27, 6, 0), dt.date(2026, 11, 27), "now"])
+def test_a_tick_at_an_instant_that_is_not_aware_is_refused_and_harms_nothing(
+    tasks, make_scheduler, now
+):
+    # A naive instant was taken in and compared later: the tick raised from deep inside, and
+    # every later tick of the same scheduler, aware ones included, raised the same error.
+    tasks(name="a")
+    scheduler = make_scheduler()
+    with pytest.raises(TypeError, match="now must be an aware datetime"):
+        scheduler.tick(now)
+    with pytest.raises(TypeError, match="due_by must be an aware datetime"):
+        scheduler.tick(T0, due_by=now)
+    assert len(scheduler.tick(T0).started) == 1
