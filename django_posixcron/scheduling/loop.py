@@ -25,7 +25,12 @@ from django.db import (
 from django.db.models import Count, Max, Q
 from django.utils import timezone as dj_timezone
 
-from django_posixcron.conf import get_settings
+from django_posixcron.conf import (
+    MAX_POLL_INTERVAL,
+    MIN_POLL_INTERVAL,
+    get_settings,
+    poll_interval_fault,
+)
 from django_posixcron.db import (
     app_alias,
     close_outside_transactions,
@@ -271,6 +276,12 @@ class Scheduler:
             from django_posixcron.declarations import load_declarations
 
             declarations = load_declarations()
+        if poll_interval is not None and (fault := poll_interval_fault(poll_interval)):
+            raise ValueError(
+                f"poll_interval must be a number of seconds from {MIN_POLL_INTERVAL:g} to "
+                f"{MAX_POLL_INTERVAL:g} (as POSIXCRON['POLL_INTERVAL']), got {poll_interval!r}: "
+                f"{fault}"
+            )
         self.using = app_alias(database)
         self.declarations: dict[str, TaskDeclaration] = dict(declarations)
         self.poll_interval = float(conf.poll_interval if poll_interval is None else poll_interval)

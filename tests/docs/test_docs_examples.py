@@ -289,3 +289,11 @@ def test_readme_links_work_where_the_readme_is_read():
     pages = {t.removeprefix(docs_base) for t in targets if t.startswith(docs_base)}
     named = {p.removesuffix(".html") for p in pages if p}
     assert named <= {p.stem for p in DOCS.glob("*.rst")}, named
+
+
+def test_testing_page_builds_a_run_context_that_runs():
+    (source,) = [b for b in code_blocks(DOCS / "testing.rst", "python") if "RunContext(" in b]
+    namespace: dict[str, object] = {}
+    exec(source, namespace)  # the documentation's own example
+    context = namespace["context"]
+    assert context.attempt == 1  # type: ignore[attr-defined]

@@ -620,3 +620,13 @@ def test_a_tick_at_an_instant_that_is_not_aware_is_refused_and_harms_nothing(
     with pytest.raises(TypeError, match="due_by must be an aware datetime"):
         scheduler.tick(T0, due_by=now)
     assert len(scheduler.tick(T0).started) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "fault"), [(0, "not positive"), (-5, "not positive"), (1e-9, "too small")]
+)
+def test_a_scheduler_refuses_a_poll_interval_the_setting_refuses(value, fault):
+    # Taken as given: -5 made the heartbeat interval negative and logged that the heartbeat
+    # "waited 5.0 s on the database".
+    with pytest.raises(ValueError, match=f"poll_interval must be .*got {value!r}: {fault}"):
+        Scheduler(declarations={}, poll_interval=value)
