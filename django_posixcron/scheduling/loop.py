@@ -257,6 +257,18 @@ class TickResult:
         return self.started + self.queued + self.skipped
 
 
+def inside_a_transaction(what: str, using: str) -> str:
+    """The refusal to run tasks from inside a transaction of the caller's (a TestCase's)."""
+    return (
+        f"{what} inside a transaction on the database {using!r} (a TestCase, or "
+        "transaction.atomic()). Task code runs on the scheduler's own threads and "
+        "connections, which cannot see or join that transaction. Call it from a "
+        "TransactionTestCase (pytest-django: @pytest.mark.django_db(transaction=True)), or "
+        'test the task by calling its function directly; see "Testing your project" in the '
+        "documentation."
+    )
+
+
 class Scheduler:
     """Claim due tasks, run them through an executor, record outcomes; one per process."""
 
@@ -366,6 +378,9 @@ class Scheduler:
 
     def start(self) -> None:
         """Register this process (host, pid) with its first heartbeat."""
+        if connections[self.using].in_atomic_block:
+            # As runscheduler (refuse_inside_a_transaction): a TestCase driving a Scheduler.
+            raise RuntimeError(inside_a_transaction("a Scheduler was started", self.using))
         offset = self.measure_clock()
         if abs(offset) > CLOCK_SKEW_WARNING:
             logger.warning(

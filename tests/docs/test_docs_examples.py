@@ -258,9 +258,9 @@ def test_the_logging_section_lists_every_action_logged():
 def test_the_refusal_inside_a_transaction_names_a_page_that_exists():
     import inspect
 
-    from django_posixcron.management.commands import runscheduler
+    from django_posixcron.scheduling import loop
 
-    source = inspect.getsource(runscheduler.refuse_inside_a_transaction)
+    source = inspect.getsource(loop.inside_a_transaction)
     assert "Testing your project" in source
     assert (DOCS / "testing.rst").read_text().startswith("Testing your project\n")
 

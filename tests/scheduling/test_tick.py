@@ -630,3 +630,13 @@ def test_a_scheduler_refuses_a_poll_interval_the_setting_refuses(value, fault):
     # "waited 5.0 s on the database".
     with pytest.raises(ValueError, match=f"poll_interval must be .*got {value!r}: {fault}"):
         Scheduler(declarations={}, poll_interval=value)
+
+
+@pytest.mark.django_db  # inside a transaction, as a project's TestCase runs its tests
+def test_a_scheduler_refuses_to_start_inside_a_callers_transaction():
+    # As runscheduler does: task code on the executor's connections cannot see or join the
+    # test's transaction (SQLite: "database is locked"; elsewhere its writes outlived the test).
+    scheduler = Scheduler(declarations={})
+    with pytest.raises(RuntimeError, match="a Scheduler was started inside a transaction"):
+        scheduler.tick(T0)
+    assert not SchedulerProcess.objects.exists()

@@ -117,14 +117,9 @@ def refuse_inside_a_transaction(using: str) -> None:
     claim had locked waited for the test, which waited for the task.
     """
     if connections[using].in_atomic_block:
-        raise CommandError(
-            f"runscheduler was called inside a transaction on the database {using!r} (a "
-            "TestCase, or transaction.atomic()). Task code runs on the scheduler's own "
-            "threads and connections, which cannot see or join that transaction. Call it "
-            "from a TransactionTestCase (pytest-django: "
-            "@pytest.mark.django_db(transaction=True)), or test the task by calling its "
-            'function directly; see "Testing your project" in the documentation.'
-        )
+        from django_posixcron.scheduling.loop import inside_a_transaction
+
+        raise CommandError(inside_a_transaction("runscheduler was called", using))
 
 
 class Command(common.Command):
