@@ -4,14 +4,21 @@ DESIGN 7: "pause, resume and run-now actions guarded by their own permissions". 
 operator may stop a misbehaving task at night; starting it again can be someone else's call.
 
 Nobody loses what they could do: every group and user that holds ``pause_task`` (which allowed
-both until now) is granted ``resume_task`` too. Undoing the migration keeps those grants.
+both until now) is granted ``resume_task`` too, on the database where the routers keep auth's
+tables. Undoing the migration keeps those grants.
 """
 
 from django.apps import apps as global_apps
 from django.conf import settings
 from django.contrib.auth.management import create_permissions
 from django.core.exceptions import FieldDoesNotExist
-from django.db import migrations, router
+from django.db import connections, migrations, router
+
+
+def _has_table(alias, model):
+    with connections[alias].cursor() as cursor:
+        tables = connections[alias].introspection.table_names(cursor)
+    return model._meta.db_table in tables
 
 
 def grant_resume_to_pausers(apps, schema_editor):
@@ -22,7 +29,13 @@ def grant_resume_to_pausers(apps, schema_editor):
     except LookupError:
         return  # django.contrib.auth is not installed (or not migrated yet): nobody to grant
     if not router.allow_migrate_model(alias, Permission):
-        return  # the routers keep auth's tables on another database
+        # The routers keep auth's tables on another database, where this migration does
+        # not run (they keep this app off it): the grants are made there, from here.
+        alias = router.db_for_write(Permission)
+        if not router.allow_migrate_model(alias, Permission) or not _has_table(
+            alias, Permission
+        ):
+            return  # auth is not migrated there yet: nobody holds pause_task
     # Permissions are created after `migrate`, by post_migrate; the grant needs the row now.
     # create_permissions() honours the routers and creates only what is missing.
     create_permissions(
