@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
@@ -111,8 +111,12 @@ class RunAdmin(Guarded, RunAdminBase):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         # The run page's title, breadcrumb and History name the run by its task's name; the
-        # list names each run's task: one query for the page's tasks, after the runs.
-        return super().get_queryset(request).using(app_alias()).prefetch_related("task")
+        # list names each run's task: one query for the page's tasks, after the runs, on the
+        # runs' database (Django would ask the routers' db_for_read: a replica, whose rows
+        # may be behind or others, and which may be down while this database answers).
+        using = app_alias()
+        tasks = Prefetch("task", queryset=Task.objects.using(using))
+        return super().get_queryset(request).using(using).prefetch_related(tasks)
 
     @admin.display(description=_("task"), ordering="task__name")
     def task_link(self, obj: Run) -> SafeString:

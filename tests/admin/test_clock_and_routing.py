@@ -143,11 +143,19 @@ class ReplicaRouter(AppRouter):
         return self.alias if model._meta.app_label == "django_posixcron" else None
 
 
+class NamedReplicaRouter(ReplicaRouter):
+    """A replica's router that names the replica for reads rather than leaving it to Django
+    (which falls back on the database an instance came from)."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return "default" if model._meta.app_label == "django_posixcron" else None
+
+
 ALIAS = "posixcron"
 APP_TABLE = re.compile(r"django_posixcron_(task|run|schedulerprocess)\b")
 
 
-@pytest.fixture(params=[AppRouter, ReplicaRouter])
+@pytest.fixture(params=[AppRouter, ReplicaRouter, NamedReplicaRouter])
 def routed(request: Any, transactional_db: None, settings: Any) -> Iterator[None]:
     """Route the app to a second alias: a connection of its own to the test database."""
     connections.settings[ALIAS] = dict(connections["default"].settings_dict)
