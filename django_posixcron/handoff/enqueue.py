@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from django_posixcron.db import app_alias
 from django_posixcron.executors.base import describe_exception
 from django_posixcron.handoff import framework
 from django_posixcron.log import get_logger
@@ -43,6 +44,9 @@ class Enqueuer:
 
     def __init__(self, using: str) -> None:
         self.using = using
+        # The worker finds the run where the routers put the app's models; a scheduler on
+        # another alias (runscheduler --database) names its own.
+        self._where: dict[str, str] = {} if using == app_alias() else {"database": using}
         self._tasks: dict[tuple[str, str, int], Any] = {}
         self._same_database: dict[str, bool] = {}
 
@@ -82,9 +86,9 @@ class Enqueuer:
                 if in_transaction:
                     # A savepoint: one refused enqueue must not roll back the whole claim.
                     with transaction.atomic(using=self.using):
-                        result = self._task(declaration).enqueue(run.pk)
+                        result = self._task(declaration).enqueue(run.pk, **self._where)
                 else:
-                    result = self._task(declaration).enqueue(run.pk)
+                    result = self._task(declaration).enqueue(run.pk, **self._where)
             except Exception as exc:
                 failed.append(self._refused(run, declaration, exc, time.monotonic() - began))
                 continue

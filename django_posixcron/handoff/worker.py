@@ -20,6 +20,7 @@ import types
 from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import (
     DatabaseError,
@@ -79,7 +80,7 @@ def worker_label() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:255]
 
 
-def execute(run_id: int) -> None:
+def execute(run_id: int, database: str | None = None) -> None:
     """Execute the handed-off run `run_id` here, once; record its outcome.
 
     Returns normally whatever the task code did: the outcome and its retry are ours to
@@ -89,7 +90,13 @@ def execute(run_id: int) -> None:
         # Only the scheduler enqueues this task, with the run's primary key; anything else
         # was enqueued by hand, and must not be taken for another run (1.5 for run 1).
         raise TypeError(f"execute_run takes a run's primary key (an int), got {run_id!r}")
-    using = app_alias()
+    if database is not None and database not in settings.DATABASES:
+        # Queued by `runscheduler --database ALIAS`: this worker's settings must have it.
+        raise ValueError(
+            f"execute_run: run {run_id} was queued on the database {database!r}, which is not "
+            f"in this worker's settings.DATABASES ({', '.join(map(repr, settings.DATABASES))})"
+        )
+    using = database or app_alias()
     run = Run.objects.using(using).select_related("task").filter(pk=run_id).first()
     if run is None:
         logger.warning(

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, connections
+from django.test.utils import CaptureQueriesContext
 from django_tasks_db.models import DBTaskResult
 
 from django_posixcron.handoff.enqueue import Enqueuer
@@ -831,3 +832,47 @@ def test_the_worker_sends_task_failing_once_with_the_outcome_that_starts_the_epi
         assert sent == [("flaky", 2, True)]
     finally:
         task_failing.disconnect(on_failing)
+
+
+SECOND_ALIAS = "posixcron"
+
+
+@pytest.fixture
+def second_alias() -> Iterator[str]:
+    """A second alias of the test database, no router: `runscheduler --database` on it."""
+    connections.settings[SECOND_ALIAS] = dict(connections["default"].settings_dict)
+    # Opened here: once a test has started, Django's test case refuses to open connections
+    # to aliases it was not told about.
+    connections[SECOND_ALIAS].connect()
+    try:
+        yield SECOND_ALIAS
+    finally:
+        connections[SECOND_ALIAS].close()
+        del connections[SECOND_ALIAS]
+        del connections.settings[SECOND_ALIAS]
+
+
+def test_a_run_queued_by_a_scheduler_on_another_alias_is_found_there_by_the_worker(
+    second_alias, world
+):
+    # runscheduler --database ALIAS, no router: the worker looked the run up on the routers'
+    # alias ("does not exist, deleted since it was queued"); it was then marked lost after
+    # its start_deadline and retried, the same way, forever.
+    world.settings({"export": handed_off("export")})
+    world.start(T0 - MINUTE, database=second_alias)
+    world.tick(T0)
+    run = Run.objects.using(second_alias).get(task__name="export")
+    job = DBTaskResult.objects.get(pk=run.result_id)
+    assert job.args_kwargs == {"args": [run.pk], "kwargs": {"database": second_alias}}
+
+    with CaptureQueriesContext(connections["default"]) as on_default:
+        deliver(run)
+    assert not [q for q in on_default.captured_queries if "django_posixcron_" in q["sql"]]
+    run.refresh_from_db(using=second_alias)
+    assert run.status == RunStatus.SUCCEEDED
+    assert hits("export") == 1
+
+
+def test_a_run_queued_on_an_alias_the_worker_does_not_have_says_so(world):
+    with pytest.raises(ValueError, match="queued on the database 'elsewhere', which is not in"):
+        execute_run.call(1, database="elsewhere")
