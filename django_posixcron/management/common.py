@@ -8,7 +8,7 @@ from typing import Any
 import django
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from django_posixcron import __version__
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
@@ -207,6 +207,26 @@ def check_migrated(using: str) -> None:
             f"The database {using!r} lacks django_posixcron migrations ({', '.join(missing)}): "
             f"run `{command}` first."
         )
+    _refuse_routed_away(connection)
+
+
+def _refuse_routed_away(connection: Any) -> None:
+    """Refuse a database whose routers keep this app off it: `migrate` recorded the app's
+    migrations there without making its tables, and every read then failed with "no such
+    table", taken for an outage (a scheduler on SQLite retried it forever)."""
+    from django_posixcron.models import Task
+
+    if router.allow_migrate_model(connection.alias, Task):
+        return
+    if Task._meta.db_table in connection.introspection.table_names():
+        return  # made some other way (another alias of the same database migrated them)
+    raise CommandError(
+        f"The routers keep django_posixcron off the database {connection.alias!r} (their "
+        "allow_migrate() refuses it there), so `migrate` recorded its migrations without "
+        "making its tables. Route the app's models (db_for_read and db_for_write) to the "
+        "database where allow_migrate() accepts them and migrate that one (`manage.py "
+        "migrate --database ALIAS`), or name it with --database ALIAS."
+    )
 
 
 def missing_migrations(using: str) -> str | None:

@@ -58,25 +58,53 @@ print(user.user_permissions.get(codename="pause_task").name)
 """
 
 
-@pytest.fixture
-def routed(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Return a runner of commands in a project whose routers keep the app on "cron"."""
+# A router that only keeps the app off "default", and sends its models nowhere else.
+OFF_DEFAULT = """
+class OffDefault:
+    def allow_migrate(self, db, app_label, **hints):
+        return False if app_label == "django_posixcron" and db == "default" else None
+
+DATABASE_ROUTERS = ["routed_settings.OffDefault"]
+"""
+
+
+def project(tmp_path: Path, settings: str):  # type: ignore[no-untyped-def]
+    """Return a runner of commands in a project of `settings` (its two SQLite files)."""
     only_on("sqlite", why="its own SQLite files, whatever the test database")
-    (tmp_path / "routed_settings.py").write_text(textwrap.dedent(SETTINGS.format(folder=tmp_path)))
+    (tmp_path / "routed_settings.py").write_text(textwrap.dedent(settings.format(folder=tmp_path)))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
         "DJANGO_SETTINGS_MODULE": "routed_settings",
     }
 
-    def run(*args: str) -> str:
+    def run(*args: str, fails: bool = False) -> str:
         result = subprocess.run(
             [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120
         )
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+        assert (result.returncode != 0) == fails, result.stdout + result.stderr
+        return result.stdout + result.stderr if fails else result.stdout
 
     return run
+
+
+@pytest.fixture
+def routed(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A project whose routers keep the app on "cron" and auth on "default"."""
+    return project(tmp_path, SETTINGS)
+
+
+def test_a_database_the_routers_keep_the_app_off_is_refused_with_the_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # allow_migrate() alone kept the app off "default": `migrate` recorded its migrations
+    # there without making its tables, and every mode failed with "no such table", taken for
+    # an outage (a long-running scheduler on SQLite retried it every 10 s, forever).
+    settings = SETTINGS.split("class Router")[0] + OFF_DEFAULT
+    run = project(tmp_path, settings)
+    run("-m", "django", "migrate", "--no-input")
+    for command in (["runscheduler", "--once"], ["runscheduler"], ["schedulerstatus"]):
+        output = run("-m", "django", *command, fails=True)
+        assert "The routers keep django_posixcron off the database 'default'" in output, output
+        assert "Traceback" not in output
 
 
 def test_migrating_the_app_on_its_own_alias_leaves_auth_alone(routed) -> None:  # type: ignore[no-untyped-def]
