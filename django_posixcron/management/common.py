@@ -34,13 +34,17 @@ def command_alias(override: str | None) -> str:
         raise CommandError(str(exc)) from None
 
 
-def refused(away: str, exc: BaseException, what: str = "the start-up") -> str:
+def refused(
+    away: str, exc: BaseException, what: str = "the start-up", using: str = DEFAULT_DB_ALIAS
+) -> str:
     """The one line a command stops with on a database error: "The database `away`" for an
     outage (worth trying again as it is), "The database refused `what`" for a refusal that
-    would fail again (a role without the privileges, a file that is not an SQLite database)."""
+    would fail again (a role without the privileges, a file that is not an SQLite database).
+    A database other than "default" is named: a project with two says which one."""
+    database = "The database" if using == DEFAULT_DB_ALIAS else f"The database {using!r}"
     if outage(exc):
-        return f"The database {away}: {one_line(exc)}"
-    return f"The database refused {what}: {one_line(exc)}"
+        return f"{database} {away}: {one_line(exc)}"
+    return f"{database} refused {what}: {one_line(exc)}"
 
 
 def add_database_option(parser: CommandParser) -> None:

@@ -8,7 +8,7 @@ import io
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.db import connection, connections
+from django.db import ProgrammingError, connection, connections
 from django.utils import timezone as dj_timezone
 
 from django_posixcron.db import database_now
@@ -467,3 +467,20 @@ def test_a_test_database_made_without_migrations_is_not_refused(posixcron):
         test_settings.update(saved)
         for app, name in ours:
             recorder.record_applied(app, name)
+
+
+def test_a_database_other_than_default_is_named_in_the_one_line_a_command_stops_with():
+    # A project with two databases read "The database is unavailable" and could not tell
+    # which one.
+    from django.db import OperationalError
+
+    from django_posixcron.management.common import refused
+
+    away = OperationalError("connection refused")
+    assert refused("is unavailable", away) == "The database is unavailable: connection refused"
+    assert refused("is unavailable", away, using="sched") == (
+        "The database 'sched' is unavailable: connection refused"
+    )
+    assert refused("is unavailable", ProgrammingError("denied"), "the check", "sched") == (
+        "The database 'sched' refused the check: denied"
+    )

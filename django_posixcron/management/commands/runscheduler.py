@@ -280,7 +280,7 @@ class Command(common.Command):
             # Away (try again later), or refusing what was asked: a role without the
             # privileges, a file that is not an SQLite database. Either way one line, not a
             # traceback in the deploy pipeline.
-            raise CommandError(refused("is unavailable", exc, "the check")) from None
+            raise CommandError(refused("is unavailable", exc, "the check", using)) from None
         if plan.is_empty:
             self.stdout.write("The database matches settings: nothing to reconcile.")
             return
@@ -337,12 +337,14 @@ class Command(common.Command):
         try:
             database = scheduler.starting_up(prepare)
         except DatabaseError as exc:
-            raise CommandError(refused("is unavailable", exc)) from None
+            raise CommandError(refused("is unavailable", exc, using=scheduler.using)) from None
         self._summary(scheduler, database)
         try:
             result = scheduler.run_once()
         except DatabaseError as exc:
-            raise CommandError(refused("became unavailable", exc, "the tick")) from None
+            raise CommandError(
+                refused("became unavailable", exc, "the tick", scheduler.using)
+            ) from None
         queued = f", handed off {len(result.queued)} to workers" if result.queued else ""
         if self.verbosity:
             self.stdout.write(
