@@ -588,14 +588,17 @@ def test_the_stop_deadline_does_not_cut_off_an_outcome_write_in_progress(
         assert "stop was stuck" in forced[0]
 
 
-def test_run_once_inside_a_callers_transaction_leaves_it_open(tasks, make_scheduler):
+def test_run_once_inside_a_callers_transaction_is_refused_and_leaves_it_open(tasks, make_scheduler):
     # Scheduler.run_once() called from code inside atomic() (a project's TestCase drives it
     # so): closing every connection of the thread at the end took the caller's transaction
-    # with it, and the caller's next query failed with "the connection is closed".
+    # with it, and the caller's next query failed with "the connection is closed". Task code
+    # cannot see or join that transaction either: the scheduler refuses to start there, as
+    # runscheduler does, and the caller's transaction goes on.
     tasks("later", next_run_at=T0 + dt.timedelta(days=3650))
     with transaction.atomic():
         Hit.objects.create(task_name="before")
-        make_scheduler().run_once()
+        with pytest.raises(RuntimeError, match="inside a transaction on the database"):
+            make_scheduler().run_once()
         assert connection.in_atomic_block
         assert Hit.objects.filter(task_name="before").exists()
     assert Hit.objects.filter(task_name="before").exists()
