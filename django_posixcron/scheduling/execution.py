@@ -49,6 +49,12 @@ WAIT_FLUSH_EVERY = 0.25
 # be gone and its outcome queued: the run's thread notices within a tenth of a second.
 STOP_SLACK = 2.0
 
+# A run whose code would start this long after its claim (the process frozen, SIGSTOP, a
+# suspended VM, or starved) first reads its row: another scheduler may have judged this
+# process gone meanwhile, marked the run lost and retried it. Healthy, a run starts within
+# milliseconds of its claim; a peer needs a heartbeat older than the stale limit (30 s).
+LATE_START = 5.0
+
 # An outcome whose task row another transaction holds this long is said in a WARNING; before,
 # it is a peer's claim or an admin's pause, let go in a moment.
 HELD_WARN_AFTER = 1.0
@@ -84,6 +90,10 @@ class InFlight:
         assert self.run.started_at is not None
         limit = (self.deadline - self.run.started_at).total_seconds()
         return limit - (time.monotonic() - self.started_monotonic)
+
+
+class _EndedElsewhere(Exception):
+    """The run was recorded ended (lost) by another scheduler before its code started."""
 
 
 class Runs:
@@ -171,6 +181,8 @@ class Runs:
         # Everything from here on is in the try: anything that raised out of it ended this
         # thread with the run `running` under a live heartbeat, never lost nor retried.
         try:
+            if time.monotonic() - inflight.started_monotonic >= LATE_START:
+                self._refuse_ended_elsewhere(run)
             if logger.isEnabledFor(logging.INFO):
                 logger.info(
                     "run started task=%s trigger=%s scheduled_for=%s run=%s",
@@ -201,6 +213,11 @@ class Runs:
         except TaskCodeError as exc:
             status, error = RunStatus.FAILED, cap(exc.error)
             tb = cap(exc.remote_traceback, keep_tail=True)
+        except _EndedElsewhere:
+            # Its row says how it ended, and its retry is another run's: nothing to record.
+            with self.lock:
+                self.inflight.pop(run.pk, None)
+            return
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too
             status, error = RunStatus.FAILED, cap(describe_exception(exc))
             tb = cap(traceback.format_exc(), keep_tail=True)
@@ -220,6 +237,38 @@ class Runs:
                 run.task.name,
                 extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
             )
+
+    def _refuse_ended_elsewhere(self, run: Run) -> None:
+        """Raise _EndedElsewhere if the run's row no longer says `running`: a run starting
+        late (see LATE_START) whose process another scheduler judged gone meanwhile, and
+        whose retry may already be executing elsewhere, must not start beside it."""
+        try:
+            status = (
+                Run.objects.using(self.using)
+                .filter(pk=run.pk)
+                .values_list("status", flat=True)
+                .first()
+            )
+        except DatabaseError:
+            return  # cannot tell: the run is this process's as far as it knows
+        if status == RunStatus.RUNNING:
+            return
+        logger.warning(
+            "run %s of task %s was not started: it was claimed %.0f s ago, and meanwhile "
+            "another scheduler %s (this process did not run, or did not reach the database, "
+            "for longer than the stale limit); its retry is that scheduler's",
+            run.pk,
+            run.task.name,
+            time.monotonic() - self._claimed_at(run.pk),
+            f"recorded it {status}" if status else "deleted it",
+            extra={"action": "run_ended_elsewhere", "task": run.task.name, "run_id": run.pk},
+        )
+        raise _EndedElsewhere
+
+    def _claimed_at(self, pk: int) -> float:
+        with self.lock:
+            inflight = self.inflight.get(pk)
+        return inflight.started_monotonic if inflight is not None else time.monotonic()
 
     def check_timeouts(
         self, now: dt.datetime, stops_on_timeout: bool, *, explicit: bool = False

@@ -640,3 +640,44 @@ def test_a_scheduler_refuses_to_start_inside_a_callers_transaction():
     with pytest.raises(RuntimeError, match="a Scheduler was started inside a transaction"):
         scheduler.tick(T0)
     assert not SchedulerProcess.objects.exists()
+
+
+@pytest.mark.parametrize("status", [RunStatus.LOST, None, RunStatus.RUNNING])
+def test_a_run_starting_late_reads_its_row_and_does_not_start_one_ended_elsewhere(
+    tasks, make_scheduler, monkeypatch, caplog, status
+):
+    # A scheduler frozen (SIGSTOP, a suspended VM) between its claim and the start of the
+    # run's code: a peer judged it gone, marked the run lost and ran its retry; woken, it
+    # started the run all the same, beside that retry (an `overlap: skip` task too), and
+    # recorded it succeeded. The freeze is stood in for by holding the run's job, then
+    # dating its claim a minute back.
+    tasks(name="a", schedule="* * * * *")
+    scheduler = make_scheduler()
+    held, release = [], threading.Event()
+    submit = scheduler.executor.submit
+
+    def hold(key: int, job: Any) -> None:
+        def later() -> None:
+            release.wait(10)
+            job()
+
+        held.append(key)
+        submit(key, later)
+
+    monkeypatch.setattr(scheduler.executor, "submit", hold)
+    (run,) = scheduler.tick(T0).started
+    if status is None:
+        Run.objects.filter(pk=run.pk).delete()
+    else:
+        Run.objects.filter(pk=run.pk).update(status=status)
+    scheduler.runs.inflight[run.pk].started_monotonic -= 60
+    release.set()
+    assert scheduler.wait_idle(timeout=10)
+
+    started = Hit.objects.filter(task_name="record").exists()
+    assert started == (status == RunStatus.RUNNING)
+    if status == RunStatus.RUNNING:  # late, but still this process's: it runs as ever
+        assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+        return
+    assert list(Run.objects.values_list("status", flat=True)) == ([status] if status else [])
+    assert f"run {run.pk} of task a was not started: it was claimed 60 s ago" in caplog.text
