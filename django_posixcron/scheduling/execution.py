@@ -182,7 +182,7 @@ class Runs:
         # thread with the run `running` under a live heartbeat, never lost nor retried.
         try:
             if time.monotonic() - inflight.started_monotonic >= LATE_START:
-                self._refuse_ended_elsewhere(run)
+                self._refuse_ended_elsewhere(inflight)
             if logger.isEnabledFor(logging.INFO):
                 logger.info(
                     "run started task=%s trigger=%s scheduled_for=%s run=%s",
@@ -238,10 +238,11 @@ class Runs:
                 extra={"action": "run_returned_late", "task": run.task.name, "run_id": run.pk},
             )
 
-    def _refuse_ended_elsewhere(self, run: Run) -> None:
+    def _refuse_ended_elsewhere(self, inflight: InFlight) -> None:
         """Raise _EndedElsewhere if the run's row no longer says `running`: a run starting
         late (see LATE_START) whose process another scheduler judged gone meanwhile, and
         whose retry may already be executing elsewhere, must not start beside it."""
+        run = inflight.run
         try:
             status = (
                 Run.objects.using(self.using)
@@ -259,16 +260,11 @@ class Runs:
             "for longer than the stale limit); its retry is that scheduler's",
             run.pk,
             run.task.name,
-            time.monotonic() - self._claimed_at(run.pk),
+            time.monotonic() - inflight.started_monotonic,
             f"recorded it {status}" if status else "deleted it",
             extra={"action": "run_ended_elsewhere", "task": run.task.name, "run_id": run.pk},
         )
         raise _EndedElsewhere
-
-    def _claimed_at(self, pk: int) -> float:
-        with self.lock:
-            inflight = self.inflight.get(pk)
-        return inflight.started_monotonic if inflight is not None else time.monotonic()
 
     def check_timeouts(
         self, now: dt.datetime, stops_on_timeout: bool, *, explicit: bool = False
