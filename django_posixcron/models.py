@@ -274,6 +274,9 @@ class Task(models.Model):
 
     # (field names, values) as last loaded, saved or refreshed; None before either.
     _loaded: tuple[Any, Any] | None = None
+    # What the scheduler has written to the row since (by attname): the claim's cursors, an
+    # outcome's retry and streak. The database's values too, for changed_fields().
+    _written: dict[str, Any] | None = None
 
     class Meta:
         verbose_name = _("task")
@@ -383,15 +386,40 @@ class Task(models.Model):
         self._snapshot(kwargs.get("fields", args[1] if len(args) > 1 else None))
 
     def changed_fields(self) -> list[str]:
-        """Return the fields whose value differs from the one loaded, saved or refreshed."""
+        """Return the fields whose value differs from the one loaded, saved or refreshed, or
+        written by the scheduler since."""
         if self._loaded is None:
             return []
         values = self.__dict__
-        return [
+        written = self._written or {}
+        names, loaded = self._loaded
+        changed = [
             name
-            for name, value in zip(*self._loaded, strict=True)
-            if name != "id" and name in values and values[name] != value
+            for name, value in zip(names, loaded, strict=True)
+            if name != "id" and name in values and values[name] != written.get(name, value)
         ]
+        # A field left unread (deferred) and then set: changed, as Django's save() counts it
+        # loaded (the claim leaves paused_reason and the description unread).
+        known = {*names, *written}
+        changed += [
+            f.attname
+            for f in self._meta.concrete_fields
+            if f.attname in values and f.attname not in known
+        ]
+        return changed
+
+    def wrote(self, values: dict[str, Any]) -> None:
+        """Set `values` (by attname), which the scheduler has just written to this task's row,
+        and take them as the database's.
+
+        The scheduler's own instances reach signal receivers (``run.task``, task_failing's
+        ``task``): a receiver's ``task.paused = True; task.save()`` must write the pause
+        alone, not the values the claim and the outcome set here (written already, or since
+        overtaken by a later write of theirs: a failure's retry, the streak). Kept as given,
+        not copied: the claim builds thousands a second.
+        """
+        self.__dict__.update(values)
+        self._written = values if self._written is None else {**self._written, **values}
 
     def _snapshot(self, fields: Iterable[str] | None) -> None:
         """Take the current values of `fields` (all when None) as the database's."""
@@ -400,6 +428,9 @@ class Task(models.Model):
             f.attname for f in self._meta.concrete_fields if wanted is None or f.name in wanted
         ]
         loaded = dict(zip(*self._loaded, strict=True)) if self._loaded is not None else {}
+        if self._written is not None:
+            loaded.update(self._written)
+            self._written = None
         loaded.update({name: self.__dict__[name] for name in attnames if name in self.__dict__})
         self._loaded = (list(loaded), list(loaded.values()))
 

@@ -439,6 +439,11 @@ TASK_OUTCOME_FIELDS = [
 ]
 
 
+# What an outcome leaves on the run's task instance: what it wrote, and the pause its locking
+# read found (or _apply_streak made).
+TASK_WRITTEN_FIELDS = [*TASK_OUTCOME_FIELDS, "paused"]
+
+
 def _record_task_outcomes(
     outcomes: list[Outcome],
     previous: dict[int, str],
@@ -511,6 +516,12 @@ def _record_task_outcomes(
         [(pk, *(row[field] for field in TASK_OUTCOME_FIELDS)) for pk, row in touched.items()],
         using,
     )
+    for o in outcomes:
+        # The run's task, which run_finished and task_failing hand to receivers, as written:
+        # its retry and streak to read, and a receiver's save() that writes only its own
+        # changes (Task.wrote).
+        if (row := touched.get(o.run.task_id)) is not None:
+            o.run.task.wrote({field: row[field] for field in TASK_WRITTEN_FIELDS})
     return list(failing.values())
 
 
@@ -554,12 +565,12 @@ def _apply_streak(
         pause_after=pause_after,
         paused=row["paused"],
     )
-    row["consecutive_failures"] = task.consecutive_failures = streak.failures
+    row["consecutive_failures"] = streak.failures
     if signals or not streak.send:
         row["failing_signalled"] = streak.signalled
     if streak.pause:
-        row["paused"] = task.paused = True
-        task.paused_reason = _pause(task, streak.failures, pause_after, using)
+        row["paused"] = True
+        task.wrote({"paused_reason": _pause(task, streak.failures, pause_after, using)})
     return (task, streak.failures, streak.pause) if streak.send else None
 
 

@@ -9,12 +9,14 @@ cursor moved back is an occurrence offered again.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db.models.signals import post_save
 from django.utils import timezone
 
 from django_posixcron.models import Task
-from tests.harness.world import HOUR, MINUTE, T0, runs, task
+from tests.harness.world import HOUR, MINUTE, T0, record, runs, task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,3 +170,93 @@ def test_a_changed_field_of_a_partly_loaded_task_is_written(world):
     row.description = "now described"
     row.save()
     assert task("flaky").description == "now described"
+
+
+# The instances the scheduler hands to signal receivers (run.task, task_failing's task) are the
+# claim's own: the claim and the outcome wrote their cursors, retry and streak on them. A
+# receiver's `task.paused = True; task.save()` wrote those back as the receiver's changes,
+# clearing the retry the failure had just set up and moving the cursor back.
+
+
+@pytest.fixture
+def on_finished():
+    from django_posixcron.signals import run_finished
+
+    connected = []
+
+    def connect(receiver):
+        run_finished.connect(receiver, weak=False)
+        connected.append(receiver)
+
+    yield connect
+    for receiver in connected:
+        run_finished.disconnect(receiver)
+
+
+def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, on_finished):
+    world.settings({"flaky": {**FAILING, "schedule": "* * * * *"}})
+    world.start(T0 - MINUTE)
+    seen = []
+
+    def pause_it(sender, run, **kwargs):
+        if run.status == "failed" and run.trigger == "retry":
+            seen.append((run.task.retry_at, run.task.consecutive_failures))
+            run.task.paused = True
+            run.task.save()
+
+    on_finished(pause_it)
+    world.tick(T0)  # the occurrence fails: a retry 5 minutes later
+    Task.objects.filter(name="flaky").update(next_run_at=T0 + HOUR, due_at=T0 + 5 * MINUTE)
+    world.tick(T0 + 5 * MINUTE + dt.timedelta(seconds=30))  # the retry fails too
+
+    row = task("flaky")
+    assert row.paused is True
+    assert row.consecutive_failures == 2
+    assert row.retry_at is not None and row.retry_at > T0 + 10 * MINUTE
+    assert (row.next_run_at, row.due_at) == (T0 + HOUR, row.retry_at)
+    # The receiver read the task as the outcome left it: the new retry, the streak of two.
+    assert seen == [(row.retry_at, 2)]
+
+
+def test_a_receiver_saving_the_task_of_a_run_does_not_move_the_cursor_back(world, on_finished):
+    world.settings({"every": record("every", "* * * * *")})
+    world.start(T0 - MINUTE)
+
+    def describe_it(sender, run, **kwargs):
+        run.task.paused = True
+        run.task.paused_reason = "paused by a receiver"  # not read by the claim
+        run.task.save()
+
+    on_finished(describe_it)
+    world.tick(T0)
+    row = task("every")
+    assert (row.paused, row.paused_reason) == (True, "paused by a receiver")
+    assert row.next_run_at == T0 + MINUTE
+    assert row.last_run_status == "succeeded"
+    assert row.last_run_started_at is not None
+
+
+def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world):
+    from django_posixcron.signals import task_failing
+
+    world.settings({"flaky": {**FAILING, "schedule": "* * * * *"}}, FAILING_AFTER=1)
+    world.start(T0 - MINUTE)
+    got = []
+
+    def note_it(sender, task, failures, paused, **kwargs):
+        got.append((failures, task.consecutive_failures, task.retry_at is not None))
+        task.description = "failing"
+        task.save()
+
+    task_failing.connect(note_it, weak=False)
+    try:
+        world.tick(T0)
+    finally:
+        task_failing.disconnect(note_it)
+    row = task("flaky")
+    assert got == [(1, 1, True)]
+    assert row.description == "failing"
+    assert row.consecutive_failures == 1
+    assert row.failing_signalled is True
+    assert row.retry_at is not None
+    assert row.next_run_at == T0 + MINUTE
