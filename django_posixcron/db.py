@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import functools
 import os
+import re
 import threading
 import weakref
 import zoneinfo
@@ -27,7 +28,7 @@ from django.db import (
     connections,
     router,
 )
-from django.db.models import DateTimeField, Func
+from django.db.models import DateTimeField, Func, Subquery
 from django.utils import timezone as dj_timezone
 
 UTC = dt.UTC
@@ -131,6 +132,30 @@ def app_alias(override: str | None = None) -> str:
             )
         raise ImproperlyConfigured(f"{problem} (it defines {defined}).")
     return alias
+
+
+class ByTaskIndex(Subquery):
+    """A subquery of one task's runs in the order of the (task, -scheduled_for) index: its
+    latest runs, read from the index's end however long the history is.
+
+    MariaDB may answer it through the unique (task, trigger, scheduled_for) index instead,
+    then sort all of the task's runs for each task: with 1.5 million runs a metrics scrape
+    took 80-90 s, and whether the plan holds changes with the sampled index statistics
+    (measured). There the subquery names the index to use. Elsewhere the planners take it.
+    """
+
+    INDEX = "posixcron_run_task_sched"
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        sql, params = self.as_sql(compiler, connection, **extra_context)
+        qn = connection.ops.quote_name
+        table = qn(self.query.model._meta.db_table)
+        # The runs' table and the alias a subquery's tables get (U0), as the compiler wrote
+        # them; the hint follows. Not found (another compiler's spelling): left as it is.
+        found = re.search(rf"FROM {re.escape(table)}(?: [A-Z]\d+\b)?", sql)
+        if found is not None:
+            sql = f"{sql[: found.end()]} FORCE INDEX ({qn(self.INDEX)}){sql[found.end() :]}"
+        return sql, params
 
 
 class DatabaseNow(Func):

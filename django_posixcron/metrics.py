@@ -18,12 +18,11 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     OuterRef,
-    Subquery,
 )
 from django.db.models.functions import Coalesce
 
 from django_posixcron.conf import poll_interval_or_default
-from django_posixcron.db import app_alias, database_now
+from django_posixcron.db import ByTaskIndex, app_alias, database_now
 from django_posixcron.models import (
     Run,
     RunCount,
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 
-def _latest(runs: Any, field: str) -> Subquery:
+def _latest(runs: Any, field: str) -> ByTaskIndex:
     """Return `field` of the task's latest run among `runs`, "latest" by scheduled time.
 
     By scheduled_for, not by finish or start: the (task, scheduled_for) index then finds it
@@ -47,7 +46,7 @@ def _latest(runs: Any, field: str) -> Subquery:
     a tie-break (runs of two triggers at one instant) MariaDB sorted every task's history at
     every scrape, the index's hidden key ascending where the order asked it descending.
     """
-    return Subquery(runs.order_by("-scheduled_for").values(field)[:1])
+    return ByTaskIndex(runs.order_by("-scheduled_for").values(field)[:1])
 
 
 def task_rows(using: str, overdue_at: dt.datetime) -> list[dict[str, Any]]:

@@ -12,13 +12,13 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import OuterRef, Q
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 
 from django_posixcron.admin import display
-from django_posixcron.db import app_alias
+from django_posixcron.db import ByTaskIndex, app_alias
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task
 
 STRIP_RUNS = 10
@@ -66,7 +66,7 @@ def recent_runs(task_ids: Iterable[int], per_task: int = STRIP_RUNS) -> dict[int
         .order_by("-scheduled_for")
         .values("scheduled_for")[per_task - 1 : per_task]
     )
-    cutoffs = Task.objects.using(using).filter(pk__in=ids).annotate(cut=Subquery(nth))
+    cutoffs = Task.objects.using(using).filter(pk__in=ids).annotate(cut=ByTaskIndex(nth))
     wanted = Q()
     few = []  # tasks with fewer runs than that: all of them
     for pk, cut in cutoffs.values_list("pk", "cut"):

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
+from django.db import connections
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -55,6 +57,16 @@ class CappedPaginator(PaginatorBase):
         counted = rows.order_by()[: self.cap + 1].count()
         self.capped = counted > self.cap
         return min(counted, self.cap)
+
+
+class RunChangeList(ChangeList):
+    """Sorts only by the columns offered for sorting, whatever the URL asks (a link copied
+    from another database's admin, or typed)."""
+
+    def get_ordering_field(self, field_name: str) -> Any:
+        if self.sortable_by is not None and field_name not in self.sortable_by:
+            return None
+        return super().get_ordering_field(field_name)
 
 
 @admin.register(Run)
@@ -108,6 +120,19 @@ class RunAdmin(Guarded, RunAdminBase):
 
     class Media:
         css = {"all": ("django_posixcron/admin.css",)}
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        sortable = super().get_sortable_by(request)
+        if connections[app_alias()].vendor != "mysql":
+            return sortable
+        # Sorted by the task's name, MariaDB joins the tasks first and sorts the whole
+        # history, text columns included, for each page: 40-73 s with 1.5 million runs
+        # (measured; PostgreSQL walks its indexes in 0.14 s). There the column is not
+        # offered for sorting: filter by task instead.
+        return [name for name in sortable if name != "task_link"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         # The run page's title, breadcrumb and History name the run by its task's name; the

@@ -10,7 +10,9 @@ migration is applied, keep inserting tasks and recording outcomes (which do not 
 """
 
 from django.db import migrations, models
-from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, Subquery
+from django.db.models import DurationField, ExpressionWrapper, F, OuterRef
+
+from django_posixcron.db import ByTaskIndex
 
 
 def fill_from_history(apps, schema_editor):
@@ -24,9 +26,11 @@ def fill_from_history(apps, schema_editor):
         .exclude(status="skipped")
         .order_by("-scheduled_for")
     )
+    # Through the (task, -scheduled_for) index by name on MariaDB: it sorted each task's
+    # whole history otherwise (80 s for 1.5 million runs, claims starved meanwhile).
     task.objects.using(alias).update(
-        last_duration=Subquery(latest.values("duration")[:1]),
-        last_fire_lag=Subquery(latest.annotate(lag=lag).values("lag")[:1]),
+        last_duration=ByTaskIndex(latest.values("duration")[:1]),
+        last_fire_lag=ByTaskIndex(latest.annotate(lag=lag).values("lag")[:1]),
     )
 
 

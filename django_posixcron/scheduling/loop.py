@@ -676,8 +676,11 @@ class Scheduler:
                         for outcome in refused:
                             self.runs.queue(outcome)
                         raise
-        # Not when a task falls due within moments, nor after a claim (what it read is due).
-        self.pruner.prune(now, result.next_due_at)
+        # Not when a task falls due within moments, nor after a claim (what it read is due);
+        # but when what is due waits for a slot and nothing was claimed, since nothing can
+        # start meanwhile: a saturated scheduler always has tasks due, and never pruned.
+        waiting_for_slots = slotless and not result.claimed
+        self.pruner.prune(now, None if waiting_for_slots else result.next_due_at)
         claimed = bool(result.claimed)
         self._burst = not slotless and limit > 0 and len(result.claimed) >= limit
         result.left_due = due and (free == 0 or len(result.claimed) >= limit)

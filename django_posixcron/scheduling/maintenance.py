@@ -27,6 +27,10 @@ PRUNE_MAX_BATCHES_PER_TICK = 20
 # 0.2-1.2 s on a history of a million runs, and every minutely run started that much late).
 PRUNE_TICK_BUDGET = 0.5
 PRUNE_DUE_MARGIN = dt.timedelta(seconds=2)
+# But not for longer than this: a scheduler that always has a task falling due (a stream of
+# requests, a fleet behind its schedules) would otherwise never prune, and its history, the
+# rows of dead processes and the marks of overdue episodes would grow without bound.
+PRUNE_DEFER_LIMIT = dt.timedelta(minutes=10)
 # Rows of stopped or dead processes are kept this long (and while runs in the history name
 # them): long enough to read in the admin what happened to a process that died last night.
 PROCESS_ROWS_KEPT = dt.timedelta(days=1)
@@ -41,6 +45,8 @@ class Pruner:
         self.using = using
         self.history_days = history_days
         self.next_at: dt.datetime | None = None
+        # Since when pruning has waited for tasks falling due (see PRUNE_DEFER_LIMIT).
+        self._deferred_since: dt.datetime | None = None
         # Real time, for the process rows: see prune().
         self._clock = clock
 
@@ -50,7 +56,11 @@ class Pruner:
         if self.next_at is not None and now < self.next_at:
             return 0
         if next_due is not None and next_due - now < PRUNE_DUE_MARGIN:
-            return 0
+            if self._deferred_since is None:
+                self._deferred_since = now
+            if now - self._deferred_since < PRUNE_DEFER_LIMIT:
+                return 0
+        self._deferred_since = None
         days = self.history_days
         if not days or days <= 0:
             # Whatever HISTORY_DAYS says, the marks of ended overdue episodes are not history.

@@ -76,6 +76,57 @@ def test_pruning_waits_while_a_task_falls_due_and_stays_within_its_budget(
     assert Run.objects.count() == 1
 
 
+def test_pruning_waits_for_tasks_falling_due_ten_minutes_at_most(tasks, make_scheduler):
+    # A scheduler that always has a task falling due (a stream of requests) pruned nothing,
+    # ever: its history, the rows of dead processes and the overdue marks grew unbounded.
+    task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 + DAY)
+    old_history(task, 3, T0 - 40 * DAY)
+    pruner = make_scheduler().pruner
+    pruner.history_days = 30
+    soon = maintenance.PRUNE_DUE_MARGIN / 2
+    limit = maintenance.PRUNE_DEFER_LIMIT
+
+    assert pruner.prune(T0, next_due=T0 + soon) == 0
+    later = T0 + limit - dt.timedelta(seconds=1)
+    assert pruner.prune(later, next_due=later + soon) == 0
+    assert Run.objects.count() == 3
+    assert pruner.prune(T0 + limit, next_due=T0 + limit + soon) == 3
+    # The wait counts again from the next time pruning is due.
+    Run.objects.all().delete()
+    old_history(task, 2, T0 - 40 * DAY)
+    again = pruner.next_at
+    assert again is not None and again > T0 + limit
+    assert pruner.prune(again, next_due=again + soon) == 0
+    assert pruner.prune(again + limit, next_due=again + limit + soon) == 2
+
+
+def test_a_scheduler_whose_slots_are_all_busy_still_prunes(tasks, make_scheduler, gate):
+    # Every slot busy and tasks waiting for one: always a task "falling due", and nothing
+    # can start while the tick prunes.
+    name, event = gate
+    tasks(
+        "long",
+        schedule="0 10 * * *",
+        next_run_at=T0,
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name, "task_name": "long"},
+    )
+    waiting = tasks("waiting", schedule="* * * * *", next_run_at=T0 + dt.timedelta(minutes=1))
+    old_history(waiting, 3, T0 - 40 * DAY)
+    scheduler = make_scheduler(concurrency=1)
+    scheduler.pruner.history_days = 30
+    scheduler.pruner.next_at = T0 + DAY  # not before the slot is taken
+
+    result = scheduler.tick(T0)
+    assert [run.task.name for run in result.started] == ["long"]
+    scheduler.pruner.next_at = None
+    result = scheduler.tick(T0 + dt.timedelta(minutes=2))
+    assert result.started == [] and result.left_due
+    assert not Run.objects.filter(finished_at__lt=T0 - 30 * DAY).exists()
+    event.set()
+    finished(scheduler)
+
+
 def test_the_pruned_count_is_what_was_deleted_not_what_was_selected(tasks, make_scheduler):
     # Two schedulers pruning at once select the same keys; the second finds them gone.
     task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 + DAY)
