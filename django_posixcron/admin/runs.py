@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Prefetch, QuerySet
@@ -63,10 +63,24 @@ class RunChangeList(ChangeList):
     """Sorts only by the columns offered for sorting, whatever the URL asks (a link copied
     from another database's admin, or typed)."""
 
-    def get_ordering_field(self, field_name: str) -> Any:
-        if self.sortable_by is not None and field_name not in self.sortable_by:
-            return None
-        return super().get_ordering_field(field_name)
+    def get_ordering(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[Any]:
+        # The URL's sorts on columns not offered are dropped before anything reads them (the
+        # headers too): none left, the list's own order.
+        asked = self.params.get(ORDER_VAR)
+        if asked and self.sortable_by is not None:
+            kept = [part for part in asked.split(".") if self._offered(part)]
+            if kept:
+                self.params[ORDER_VAR] = ".".join(kept)
+            else:
+                del self.params[ORDER_VAR]
+        return cast("list[Any]", super().get_ordering(request, queryset))
+
+    def _offered(self, part: str) -> bool:
+        try:
+            name = self.list_display[int(part.rpartition("-")[2])]
+        except (IndexError, ValueError):
+            return True  # Django's own handling of a malformed value
+        return self.sortable_by is None or name in self.sortable_by
 
 
 @admin.register(Run)

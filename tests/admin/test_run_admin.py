@@ -388,3 +388,20 @@ def test_a_run_is_named_by_its_task_on_its_page(superuser):
     with CaptureQueriesContext(connection) as queries:
         assert str(bare).startswith(f"{task.pk}:cron@")
     assert not queries.captured_queries
+
+
+def test_the_list_sorts_by_task_name_except_on_mysql(superuser):
+    # On MariaDB a sort by the task's name joined the tasks first and sorted the whole
+    # history for each page (40-73 s with 1.5 million runs): not offered there, and a URL
+    # that asks for it (copied from another database's admin) gets the default order.
+    make_run(make_task(name="b-task"), scheduled_for=timezone.now() - dt.timedelta(hours=1))
+    make_run(make_task(name="a-task"), scheduled_for=timezone.now() - dt.timedelta(hours=2))
+    response = client_for(superuser).get(LIST, {"o": "2"})
+    names = [run.task.name for run in response.context["cl"].result_list]
+    header = response.content.decode().split('class="sortable column-task_link', 1)
+    if connection.vendor == "mysql":
+        assert names == ["b-task", "a-task"]  # newest first, as by default
+        assert len(header) == 1
+    else:
+        assert names == ["a-task", "b-task"]
+        assert len(header) == 2
