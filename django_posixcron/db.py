@@ -149,7 +149,9 @@ class ByTaskIndex(Subquery):
     def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         sql, params = self.as_sql(compiler, connection, **extra_context)
         qn = connection.ops.quote_name
-        table = qn(self.query.model._meta.db_table)
+        model = self.query.model
+        assert model is not None
+        table = qn(model._meta.db_table)
         # The runs' table and the alias a subquery's tables get (U0), as the compiler wrote
         # them; the hint follows. Not found (another compiler's spelling): left as it is.
         found = re.search(rf"FROM {re.escape(table)}(?: [A-Z]\d+\b)?", sql)

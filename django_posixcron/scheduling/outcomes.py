@@ -81,7 +81,21 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
 
     if run is not None:
         kwargs["run"] = run
-    for receiver, result in sig.send_robust(sender=Scheduler, **kwargs):
+    try:
+        results = sig.send_robust(sender=Scheduler, **kwargs)
+    except BaseException as exc:
+        # Django's send_robust() catches Exception only: a receiver calling sys.exit() ended
+        # the signal thread, and every later signal of the process was silently never sent.
+        logger.error(
+            "a receiver of %s raised %r; ignored, and the receivers after it did not get "
+            "this signal",
+            _describe(sig, kwargs),
+            exc,
+            exc_info=True,
+            extra={"action": "signal_receiver_error", **_subject(kwargs)},
+        )
+        return
+    for receiver, result in results:
         if isinstance(result, BaseException):
             # Django's send_robust() has logged the traceback ("django.dispatch"), without
             # saying which signal, task or run: this line says, without a second traceback.
@@ -90,7 +104,7 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
                 getattr(receiver, "__qualname__", repr(receiver)),
                 _describe(sig, kwargs),
                 result,
-                extra={"action": "signal_receiver_error"},
+                extra={"action": "signal_receiver_error", **_subject(kwargs)},
             )
 
 
@@ -210,6 +224,19 @@ class Notifier:
                 extra={"action": "signals_abandoned"},
             )
         return abandoned
+
+
+def _subject(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The `task` and `run_id` of a log record about a signal, as every record about one
+    run or task carries them."""
+    run = kwargs.get("run")
+    task = kwargs.get("task") or getattr(run, "task", None)
+    subject: dict[str, Any] = {}
+    if task is not None:
+        subject["task"] = task.name
+    if run is not None:
+        subject["run_id"] = run.pk
+    return subject
 
 
 def _describe(sig: Any, kwargs: dict[str, Any]) -> str:

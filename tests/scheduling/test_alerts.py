@@ -462,6 +462,40 @@ def test_a_raising_receiver_is_named_with_its_signal_and_task_and_one_traceback(
         "ignored (traceback under django.dispatch)"
     ]
     assert [r.name for r in caplog.records if r.exc_info] == ["django.dispatch"]
+    assert [(r.task, hasattr(r, "run_id")) for r in ours] == [("flaky", False)]
+
+
+def test_a_receiver_that_exits_does_not_end_the_signal_thread(tasks, caplog):
+    """Django's send_robust() catches Exception only: a receiver calling sys.exit() ended
+    the thread, and every later signal of the process was silently never sent."""
+    got = []
+
+    def leave(sender: object, **kwargs: Any) -> None:
+        got.append(kwargs["failures"])
+        if kwargs["failures"] == 3:
+            raise SystemExit(1)
+
+    task = tasks("flaky")
+    notifier = Notifier()
+    notifier.start()
+    task_failing.connect(leave, weak=False)
+    try:
+        with caplog.at_level(logging.ERROR):
+            notifier.send(task_failing, task=task, failures=3, paused=False)
+            notifier.send(task_failing, task=task, failures=4, paused=True)
+            wait_until(lambda: len(got) == 2, 10, "the signal after the one that exited")
+    finally:
+        task_failing.disconnect(leave)
+        assert notifier.stop(5) == []
+    assert got == [3, 4]
+    ours = [r for r in caplog.records if getattr(r, "action", "") == "signal_receiver_error"]
+    assert [(r.getMessage(), r.task) for r in ours] == [
+        (
+            "a receiver of task_failing(task=flaky) raised SystemExit(1); ignored, and the "
+            "receivers after it did not get this signal",
+            "flaky",
+        )
+    ]
 
 
 def test_an_owed_failing_alert_is_not_sent_for_an_episode_a_success_just_ended(
