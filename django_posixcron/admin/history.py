@@ -131,14 +131,33 @@ class Point:
 
 
 def chart_points(task: Task, limit: int = CHART_RUNS) -> list[Point]:
-    """Return the task's latest started runs (skips left out), oldest first."""
-    runs = list(
-        task.runs.using(app_alias())
-        .exclude(status=RunStatus.SKIPPED)
-        .filter(started_at__isnull=False)
-        .order_by("-started_at", "-id")[:limit]
+    """Return the task's latest started runs (skips left out), oldest first.
+
+    Latest by scheduled time, in two index look-ups as recent_runs(): ordered by their start,
+    the database read and sorted all of the task's history (a task with 86,000 runs: 3.5 s on
+    MariaDB, 0.3 s on PostgreSQL). A run starts at its scheduled time, give or take its fire
+    lag, so the two orders differ only around runs that started late.
+    """
+    using = app_alias()
+    started = (
+        Run.objects.using(using).exclude(status=RunStatus.SKIPPED).filter(started_at__isnull=False)
     )
-    runs.reverse()
+    nth = (
+        started.filter(task=OuterRef("pk"))
+        .order_by("-scheduled_for")
+        .values("scheduled_for")[limit - 1 : limit]
+    )
+    cut = (
+        Task.objects.using(using)
+        .filter(pk=task.pk)
+        .annotate(cut=ByTaskIndex(nth))
+        .values_list("cut", flat=True)
+        .first()
+    )
+    wanted = started.filter(task_id=task.pk)
+    if cut is not None:  # else fewer runs than that: all of them
+        wanted = wanted.filter(scheduled_for__gte=cut)
+    runs = sorted(wanted, key=lambda r: (r.scheduled_for, r.pk))[-limit:]
     return [
         Point(
             run,

@@ -159,6 +159,31 @@ def test_the_task_page_charts_durations_and_fire_lag(superuser):
     assert re.search(r"started 3\.00 s late", dots[2][2])
 
 
+def test_the_chart_takes_the_latest_started_runs_in_two_queries():
+    # Ordered by their start, the database read and sorted the task's whole history for the
+    # page (3.5 s on MariaDB for a task with 86,000 runs): by scheduled time, through its
+    # index, as the strip.
+    from django_posixcron.admin.history import CHART_RUNS, chart_points
+
+    task = make_task(name="busy")
+    history(task, [RunStatus.SUCCEEDED] * (CHART_RUNS + 5))
+    newest = Run.objects.filter(task=task).latest("scheduled_for").scheduled_for
+    # Skipped runs and a run not started yet are not charted.
+    make_run(task, status=RunStatus.SKIPPED, scheduled_for=newest + dt.timedelta(minutes=1))
+    make_run(task, status=RunStatus.QUEUED, scheduled_for=newest + dt.timedelta(minutes=2))
+    Run.objects.filter(task=task, status=RunStatus.QUEUED).update(started_at=None)
+    with CaptureQueriesContext(connection) as queries:
+        points = chart_points(task)
+    assert len(queries) == 2
+    expected = (
+        Run.objects.filter(task=task, status=RunStatus.SUCCEEDED)
+        .order_by("-scheduled_for")
+        .values_list("pk", flat=True)[:CHART_RUNS]
+    )
+    assert [point.run.pk for point in points] == list(reversed(expected))
+    assert chart_points(make_task(name="idle")) == []
+
+
 def test_the_task_page_without_runs_says_so(superuser):
     task = make_task(name="new")
     html = client_for(superuser).get(f"{LIST}{task.pk}/change/").content.decode()
