@@ -52,7 +52,12 @@ from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.execution import Runs
 from django_posixcron.scheduling.maintenance import Pruner
 from django_posixcron.scheduling.memory import release_freed_memory
-from django_posixcron.scheduling.outcomes import Notifier, log_finished, write_outcomes
+from django_posixcron.scheduling.outcomes import (
+    Notifier,
+    describe_signal,
+    log_finished,
+    write_outcomes,
+)
 from django_posixcron.scheduling.rollout import Rollout
 from django_posixcron.scheduling.watchdog import Watchdog
 from django_posixcron.timing import require_aware
@@ -350,6 +355,8 @@ class Scheduler:
         self._rows: tuple[int, int] | None = None
         self._rows_check_at = 0.0
         self._owed_check_at = 0.0
+        # Whether an alert receiver was found stuck (said once per episode of it).
+        self._alerts_stuck = False
 
     # -- clocks and lifecycle ---------------------------------------------------------------
 
@@ -609,13 +616,16 @@ class Scheduler:
             next_due = result.next_due_at = earliest(
                 next_due, *(now + run.task.retry_delay for run in result.lost + result.timed_out)
             )
-        if judging and time.monotonic() >= self._owed_check_at:
+        # An alert receiver stuck: the episodes queued behind it go back to the fleet, and
+        # this process wins no more until it returns.
+        alerting = self._alerting() if judging else self.notifier.alerting()
+        if judging and alerting and time.monotonic() >= self._owed_check_at:
             self._owed_check_at = time.monotonic() + OWED_CHECK_EVERY
             conf = get_settings()
             alerts.signal_owed_failing(
                 self.using, self.notifier, conf.failing_after, conf.pause_after_failures
             )
-        if peeked.overdue and overdue_before is not None:
+        if peeked.overdue and overdue_before is not None and alerting:
             result.overdue = alerts.signal_overdue(overdue_before, self.using, self.notifier)
         limit = 0
         slotless = False
@@ -695,6 +705,40 @@ class Scheduler:
             timeouts = [left + (time.monotonic() - began) for left in timeouts]
         result.wake_in = min([wait, *timeouts])
         return result
+
+    def _alerting(self) -> bool:
+        """Whether this process may win alert episodes; give back those queued behind an
+        alert receiver that is stuck, and say so."""
+        stuck = self.notifier.alerts_stuck()
+        if stuck is None:
+            if self._alerts_stuck:
+                self._alerts_stuck = False
+                logger.warning(
+                    "the alert receivers answer again: this process signals alerts again",
+                    extra={"action": "alerts_unstuck"},
+                )
+            return True
+        if not self._alerts_stuck:
+            self._alerts_stuck = True
+            waited, sig, kwargs = stuck
+            logger.warning(
+                "a receiver of %s has been busy for %.0f s (a call without a timeout?): this "
+                "process gives the alerts queued behind it back to the other schedulers, and "
+                "signals none until it returns",
+                describe_signal(sig, kwargs),
+                waited,
+                extra={"action": "alerts_stuck"},
+            )
+        taken = self.notifier.take_episodes()
+        if taken:
+            alerts.give_back(taken, self.using)
+            logger.warning(
+                "gave %d alert(s) back to the other schedulers: %s",
+                len(taken),
+                ", ".join(describe_signal(sig, kwargs) for sig, kwargs in taken),
+                extra={"action": "alerts_given_back"},
+            )
+        return False
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
         logger.error(
             "a receiver of %s raised %r; ignored, and the receivers after it did not get "
             "this signal",
-            _describe(sig, kwargs),
+            describe_signal(sig, kwargs),
             exc,
             exc_info=True,
             extra={"action": "signal_receiver_error", **_subject(kwargs)},
@@ -102,7 +102,7 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
             logger.error(
                 "receiver %s of %s raised %r; ignored (traceback under django.dispatch)",
                 getattr(receiver, "__qualname__", repr(receiver)),
-                _describe(sig, kwargs),
+                describe_signal(sig, kwargs),
                 result,
                 extra={"action": "signal_receiver_error", **_subject(kwargs)},
             )
@@ -110,6 +110,13 @@ def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
 
 # The signals of the alert thread (see Notifier).
 ALERTS = frozenset({task_overdue, run_lost, task_failing})
+# The alerts whose episode another scheduler can send if this one gives it back.
+EPISODES = frozenset({task_overdue, task_failing})
+
+# An alert receiver busy this long is stuck (a webhook called without a timeout): the episodes
+# queued behind it are given back to the fleet, and this process wins no more until it
+# returns. A chat post takes seconds.
+ALERTS_STUCK_AFTER = 60.0
 
 
 class _Lane:
@@ -123,6 +130,8 @@ class _Lane:
         self._idle.set()
         self._pending = 0
         self._lock = threading.Lock()
+        # What the thread is sending, and since when (monotonic); None between signals.
+        self.busy: tuple[float, Any, dict[str, Any]] | None = None
 
     def start(self) -> None:
         if self.thread is None:
@@ -153,11 +162,37 @@ class _Lane:
         self._queue.put(None)
         return abandoned
 
+    def take(self, wanted: frozenset[Any]) -> list[tuple[Any, dict[str, Any]]]:
+        """Take the queued signals among `wanted` off the queue (never sent here); the
+        others stay queued, in their order."""
+        taken: list[tuple[Any, dict[str, Any]]] = []
+        kept: list[tuple[Any, dict[str, Any]] | None] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._queue.get_nowait()
+                if item is None:  # the end of the thread, put by drain(): stays last
+                    kept.append(item)
+                    break
+                if item[0] in wanted:
+                    taken.append(item)
+                else:
+                    kept.append(item)
+        for item in kept:
+            self._queue.put(item)
+        if taken:
+            with self._lock:
+                self._pending -= len(taken)
+                if not self._pending:
+                    self._idle.set()
+        return taken
+
     def _serve(self) -> None:
         while (item := self._queue.get()) is not None:
+            self.busy = (time.monotonic(), *item)
             try:
                 send_robust(item[0], **item[1])
             finally:
+                self.busy = None
                 with self._lock:
                     self._pending -= 1
                     if not self._pending:
@@ -187,6 +222,25 @@ class Notifier:
         self._started = True
         self._runs.start()
         self._alerts.start()
+
+    def alerts_stuck(self) -> tuple[float, Any, dict[str, Any]] | None:
+        """Return (seconds, signal, kwargs) of the alert a receiver has been busy with for
+        ALERTS_STUCK_AFTER or longer, or None."""
+        busy = self._alerts.busy if self._started else None
+        if busy is None:
+            return None
+        waited = time.monotonic() - busy[0]
+        return (waited, busy[1], busy[2]) if waited >= ALERTS_STUCK_AFTER else None
+
+    def alerting(self) -> bool:
+        """Whether this process may win alert episodes: not while an alert receiver is
+        stuck, since it could not send them."""
+        return self.alerts_stuck() is None
+
+    def take_episodes(self) -> list[tuple[Any, dict[str, Any]]]:
+        """Take the queued alerts another scheduler can send (overdue, failing) off the
+        queue, for the caller to give them back; run_lost stays queued."""
+        return self._alerts.take(EPISODES) if self._started else []
 
     def finished(self, run: Run) -> None:
         # Nobody listening: nothing to hand to the signal thread (a queue item and a thread
@@ -220,7 +274,7 @@ class Notifier:
                 "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
                 timeout,
                 len(abandoned),
-                ", ".join(_describe(sig, kwargs) for sig, kwargs in abandoned) or "none queued",
+                ", ".join(describe_signal(sig, kw) for sig, kw in abandoned) or "none queued",
                 extra={"action": "signals_abandoned"},
             )
         return abandoned
@@ -239,7 +293,7 @@ def _subject(kwargs: dict[str, Any]) -> dict[str, Any]:
     return subject
 
 
-def _describe(sig: Any, kwargs: dict[str, Any]) -> str:
+def describe_signal(sig: Any, kwargs: dict[str, Any]) -> str:
     """Name a signal and what it is about, for the log line of those not sent."""
     name = next((name for name, value in vars(signals).items() if value is sig), "signal")
     subject = kwargs.get("task") or getattr(kwargs.get("run"), "task", None)
@@ -358,12 +412,12 @@ def write_outcomes(
             ],
             using,
         )
-        failing = _record_task_outcomes(
-            recorded, current, task_rows, using, signals=notifier is not None
-        )
+        # With an alert receiver stuck, a failing episode is left for the others to send.
+        alerting = notifier is not None and notifier.alerting()
+        failing = _record_task_outcomes(recorded, current, task_rows, using, signals=alerting)
         count_runs((o.run for o in recorded), using)
     _announce(recorded, current, notifier)
-    for task, failures, paused in failing:
+    for task, failures, paused in failing if alerting else ():
         _send(notifier, task_failing, task=task, failures=failures, paused=paused)
     return recorded
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from django_posixcron.scheduler import Scheduler
 from django_posixcron.scheduling import alerts
 from django_posixcron.scheduling.outcomes import Notifier, Outcome, write_outcomes
 from django_posixcron.signals import run_lost, task_failing, task_overdue
-from tests.factories import SchedulerProcessFactory
+from tests.factories import RunFactory, SchedulerProcessFactory
 from tests.harness.locks import task_row_held
 from tests.harness.signals import blocking_receiver
 from tests.harness.tasks import T0, Tasks, running_on_a_dead_process
@@ -535,3 +536,92 @@ def test_an_owed_failing_alert_is_not_sent_for_an_episode_a_success_just_ended(
     for hour in range(4, 7):
         record(T0 + hour * HOUR, RunStatus.FAILED, Notifier())
     assert [r["failures"] for r in received["failing"]] == [3]
+
+
+def test_alerts_queued_behind_a_stuck_receiver_go_back_to_the_fleet(
+    tasks, make_scheduler, settings, received, monkeypatch, caplog
+):
+    """An alert receiver that hangs (a webhook called without a timeout) held every episode
+    its process won afterwards, and no other scheduler would ever send them (they are marked
+    signalled): one hung receiver muted the fleet's alerts, with nothing in any log."""
+    from django_posixcron.scheduling import outcomes
+
+    monkeypatch.setattr(outcomes, "ALERTS_STUCK_AFTER", 0.2)
+    settings.POSIXCRON = {"TASKS": {}, "FAILING_AFTER": 1}
+    for name in ("first", "second"):
+        tasks(name, callable_path="tests.testapp.jobs.fail", retry_delay=3600, next_run_at=T0)
+    entered, release = threading.Event(), threading.Event()
+
+    def hang_once(sender: object, **kwargs: Any) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(30)
+
+    stuck = make_scheduler()
+    stuck.notifier.start()  # as run() does: the alerts have a thread of their own
+    task_failing.connect(hang_once, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING):
+            stuck.tick(T0)
+            assert stuck.wait_idle(timeout=10)
+            assert entered.wait(10)  # one failing alert holds the receiver; the other waits
+            wait_until(stuck.notifier.alerts_stuck, 10, "the receiver to count as stuck")
+            stuck.tick(T0 + dt.timedelta(seconds=30))
+            signalled = dict(Task.objects.values_list("name", "failing_signalled"))
+            # The one being sent stays this process's; the one queued is the fleet's again,
+            # and this process does not win it back while its receiver is stuck.
+            assert sorted(signalled.values()) == [False, True]
+            given = next(name for name, marked in signalled.items() if not marked)
+            sending = next(name for name, marked in signalled.items() if marked)
+            assert stuck.notifier.take_episodes() == []
+
+            # Another scheduler sends it, once.
+            peer = make_scheduler()
+            peer.tick(T0 + dt.timedelta(seconds=40))
+            assert [kwargs["task"].name for kwargs in received["failing"]] == [sending, given]
+            assert Task.objects.get(name=given).failing_signalled is True
+        actions = [getattr(r, "action", "") for r in caplog.records]
+        assert actions.count("alerts_stuck") == 1
+        assert actions.count("alerts_given_back") == 1
+        # Back from its receiver, the process signals alerts again, and says so.
+        release.set()
+        wait_until(lambda: stuck.notifier.alerts_stuck() is None, 10, "the receiver to return")
+        with caplog.at_level(logging.WARNING):
+            stuck.tick(T0 + dt.timedelta(seconds=50))
+        assert "alerts_unstuck" in [getattr(r, "action", "") for r in caplog.records]
+        assert stuck.notifier.alerting()
+    finally:
+        release.set()
+        task_failing.disconnect(hang_once)
+        stuck.notifier.stop(5)
+
+
+def test_a_lost_run_alert_stays_queued_behind_a_stuck_receiver(tasks, monkeypatch, received):
+    # No other scheduler would send run_lost for it: it waits for the receiver, in order.
+    from django_posixcron.scheduling import outcomes
+
+    monkeypatch.setattr(outcomes, "ALERTS_STUCK_AFTER", 0.1)
+    task = tasks("flaky")
+    notifier = Notifier()
+    notifier.start()
+    try:
+        with blocking_receiver(task_overdue) as entered:
+            notifier.send(task_overdue, task=task, due_at=T0)
+            assert entered.wait(10)
+            lost = RunFactory.create(task=task)
+            notifier.send(run_lost, run=lost)
+            notifier.send(task_failing, task=task, failures=3, paused=False)
+            notifier.send(task_overdue, task=task, due_at=T0 + dt.timedelta(hours=1))
+            wait_until(notifier.alerts_stuck, 10, "the receiver to count as stuck")
+            assert not notifier.alerting()
+            taken = notifier.take_episodes()
+            assert [(sig, kwargs.get("due_at")) for sig, kwargs in taken] == [
+                (task_failing, None),
+                (task_overdue, T0 + dt.timedelta(hours=1)),
+            ]
+        wait_until(lambda: received["lost"], 10, "the lost run's alert")
+        assert received["lost"] == [{"run": lost}]
+        assert [kwargs["due_at"] for kwargs in received["overdue"]] == [T0]
+        assert received["failing"] == []
+    finally:
+        assert notifier.stop(5) == []
