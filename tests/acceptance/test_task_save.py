@@ -212,7 +212,8 @@ def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, on_f
     row = task("flaky")
     assert row.paused is True
     assert row.consecutive_failures == 2
-    assert row.retry_at is not None and row.retry_at > T0 + 10 * MINUTE
+    assert row.retry_at is not None
+    assert row.retry_at > T0 + 10 * MINUTE
     assert (row.next_run_at, row.due_at) == (T0 + HOUR, row.retry_at)
     # The receiver read the task as the outcome left it: the new retry, the streak of two.
     assert seen == [(row.retry_at, 2)]

@@ -95,7 +95,8 @@ def test_pruning_waits_for_tasks_falling_due_ten_minutes_at_most(tasks, make_sch
     Run.objects.all().delete()
     old_history(task, 2, T0 - 40 * DAY)
     again = pruner.next_at
-    assert again is not None and again > T0 + limit
+    assert again is not None
+    assert again > T0 + limit
     assert pruner.prune(again, next_due=again + soon) == 0
     assert pruner.prune(again + limit, next_due=again + limit + soon) == 2
 
@@ -121,7 +122,8 @@ def test_a_scheduler_whose_slots_are_all_busy_still_prunes(tasks, make_scheduler
     assert [run.task.name for run in result.started] == ["long"]
     scheduler.pruner.next_at = None
     result = scheduler.tick(T0 + dt.timedelta(minutes=2))
-    assert result.started == [] and result.left_due
+    assert result.started == []
+    assert result.left_due
     assert not Run.objects.filter(finished_at__lt=T0 - 30 * DAY).exists()
     event.set()
     finished(scheduler)
