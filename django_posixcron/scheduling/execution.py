@@ -228,6 +228,20 @@ class Runs:
                 # Stopped: it ended as decided, now that its process is gone.
                 self.outcomes.append(dataclasses.replace(inflight.ending, finished_at=finished_at))
             elif mine:
+                left = inflight.timeout_in(None)
+                started = run.started_at
+                if left is not None and left <= 0 and inflight.deadline and started:
+                    # Returned past its timeout before the loop could judge it (the process
+                    # frozen or starved meanwhile): as the loop would have recorded it.
+                    took = inflight.deadline - started
+                    status, error = (
+                        RunStatus.TIMED_OUT,
+                        cap(
+                            f"Timed out after {took}: it returned "
+                            f"{finished_at - started} after its start, before the scheduler "
+                            f"could stop it." + (f" It had failed: {error}" if error else "")
+                        ),
+                    )
                 self.outcomes.append(Outcome(run, status, finished_at, error, tb))
         if not mine:
             logger.info(

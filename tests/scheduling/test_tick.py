@@ -14,6 +14,7 @@ from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trig
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.signals import run_finished, run_started, task_failing
 from tests.harness.tasks import T0, running_on_a_dead_process
+from tests.harness.waiting import wait_until
 from tests.testapp.models import Hit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -347,6 +348,31 @@ def test_a_run_past_its_timeout_is_recorded_timed_out_and_retried(tasks, make_sc
     finished(scheduler)
     first.refresh_from_db()
     assert first.status == RunStatus.TIMED_OUT  # the late return does not overwrite it
+
+
+def test_a_run_that_returns_past_its_timeout_before_it_was_judged_is_timed_out(
+    tasks, make_scheduler, gate
+):
+    # The process frozen (SIGSTOP) or starved past a run's timeout: the loop never got to
+    # judge it, and the run, back after 54 s with a 15 s timeout, was recorded succeeded.
+    name, event = gate
+    tasks(
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        timeout=1,
+        retry_delay=60,
+    )
+    scheduler = make_scheduler(concurrency=1)
+    [run] = scheduler.tick(T0).started
+    # No tick and no wait_idle meanwhile: nothing judges the timeout.
+    wait_until(lambda: scheduler.runs.timeouts_in() == [0.0], 10, "the timeout to pass")
+    event.set()
+    wait_until(lambda: not scheduler.runs.pks(), 10, "the run to return")
+    finished(scheduler)
+    run.refresh_from_db()
+    assert run.status == RunStatus.TIMED_OUT
+    assert run.error.startswith("Timed out after 0:00:01: it returned ")
+    assert run.task.retry_at is not None
 
 
 @pytest.mark.parametrize(
