@@ -5,10 +5,17 @@ Django's own `date_hierarchy` tag lists the years, months or days that hold rows
 each candidate period between the first and the last run is asked `EXISTS` over a range of
 `scheduled_for`, which the index answers at once: 12 months or 31 days; the years are found
 one per probe, each asking for the first row after the last year found.
+
+A probe walks the index until a row matches the list's filters too: a filter that matches few
+runs of a long history (``status=interrupted``) made each walk read most of it (the bounds
+alone took 6.3 s on PostgreSQL with 1.5 million runs). A list the paginator counted whole
+(at most its cap of 10,000 runs) is few rows: their instants are read once instead, and the
+periods found among them.
 """
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import datetime as dt
 import inspect
@@ -56,6 +63,19 @@ class _Hierarchy:
             f"{field}__{part}" for part in ("year", "month", "day")
         )
         self.queryset = cl.queryset.order_by()
+        # The list's instants, oldest first, when they are few (see the module's docstring).
+        self.instants: list[dt.datetime] | None = None
+        paginator = getattr(cl, "paginator", None)
+        # Counted (the count is cached on it), and not past the cap.
+        if "count" in vars(paginator or object()) and getattr(paginator, "capped", True) is False:
+            self.instants = sorted(self.queryset.values_list(field, flat=True))
+
+    def bounds(self) -> tuple[dt.datetime | None, dt.datetime | None]:
+        """Return the first and the last instant of the list."""
+        if self.instants is not None:
+            return (self.instants[0], self.instants[-1]) if self.instants else (None, None)
+        found = self.queryset.aggregate(first=Min(self.field), last=Max(self.field))
+        return found["first"], found["last"]
 
     def param(self, name: str) -> int | None:
         return _int(self.cl.params.get(name))
@@ -65,6 +85,9 @@ class _Hierarchy:
 
     def holds(self, start: dt.datetime, end: dt.datetime | None) -> bool:
         """Return whether a row falls in [start, end), or after start: one index probe."""
+        if self.instants is not None:
+            at = bisect.bisect_left(self.instants, start)
+            return at < len(self.instants) and (end is None or self.instants[at] < end)
         period = {f"{self.field}__gte": start}
         if end is not None:
             period[f"{self.field}__lt"] = end
@@ -80,6 +103,9 @@ class _Hierarchy:
         start = _end(year + 1)
         if start is None:
             return None
+        if self.instants is not None:
+            at = bisect.bisect_left(self.instants, start)
+            return timezone.localtime(self.instants[at]).year if at < len(self.instants) else None
         later = self.queryset.filter(**{f"{self.field}__gte": start}).order_by(self.field)
         found = list(later.values_list(self.field, flat=True)[:1])
         return timezone.localtime(found[0]).year if found else None
@@ -90,10 +116,10 @@ def posixcron_date_hierarchy(cl: Any) -> dict[str, Any]:
     h = _Hierarchy(cl)
     year, month, day = h.param(h.year_field), h.param(h.month_field), h.param(h.day_field)
     if year is None:
-        bounds = h.queryset.aggregate(first=Min(h.field), last=Max(h.field))
-        if bounds["first"] is None or bounds["last"] is None:
+        bounds = h.bounds()
+        if bounds[0] is None or bounds[1] is None:
             return {"show": False}
-        first, last = (timezone.localtime(bounds[key]) for key in ("first", "last"))
+        first, last = (timezone.localtime(bound) for bound in bounds)
         if first.year != last.year:
             return _years(h, first.year, last.year)
         # All rows in one year (or one month): open it straight away, as Django does.

@@ -121,7 +121,18 @@ def test_a_task_filter_value_that_is_no_id_is_not_a_crash(superuser, value):
     assert "e=1" in response["Location"]
 
 
-def test_date_hierarchy(superuser):
+@pytest.fixture(params=["few runs", "more than the count's cap"])
+def counted(request, monkeypatch):
+    """The date hierarchy reads the instants of a list the paginator counted whole, and
+    probes the index per period past the count's cap: both ways, the same periods."""
+    if request.param != "few runs":
+        from django_posixcron.admin.runs import CappedPaginator
+
+        monkeypatch.setattr(CappedPaginator, "cap", 1)
+    return request.param
+
+
+def test_date_hierarchy(superuser, counted):
     task = make_task()
     make_run(task, started_at=dt.datetime(2086, 1, 7, 3, 15, tzinfo=dt.UTC))
     make_run(task, started_at=dt.datetime(2086, 2, 7, 3, 15, tzinfo=dt.UTC))
@@ -141,7 +152,7 @@ def test_date_hierarchy(superuser):
         [dt.datetime(1, 1, 1, tzinfo=dt.UTC), dt.datetime(2086, 1, 7, tzinfo=dt.UTC)],
     ],
 )
-def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, instants):
+def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, instants, counted):
     task = make_task()
     for instant in instants:
         make_run(task, started_at=instant)
@@ -158,7 +169,7 @@ def test_the_date_hierarchy_reaches_the_first_and_the_last_year(superuser, insta
         assert "scheduled_for__day=31" in html
 
 
-def test_the_date_hierarchy_asks_no_more_for_a_longer_span(superuser):
+def test_the_date_hierarchy_asks_no_more_for_a_longer_span(superuser, counted):
     task = make_task()
     client = client_for(superuser)
     make_run(task, started_at=dt.datetime(2085, 6, 1, tzinfo=dt.UTC))
@@ -174,6 +185,31 @@ def test_the_date_hierarchy_asks_no_more_for_a_longer_span(superuser):
         response = client.get(LIST)
     assert 'href="?scheduled_for__year=1"' in response.content.decode()
     assert len(apart) == len(adjacent)
+
+
+def test_the_date_hierarchy_of_a_filter_matching_few_runs_reads_them_once(superuser):
+    # Probing the index per period, a filter matching few runs of a long history walked most
+    # of it at each probe (6.3 s on PostgreSQL with 1.5 million runs, for the bounds alone).
+    task = make_task()
+    for month in (1, 3, 5):
+        make_run(task, started_at=dt.datetime(2086, month, 7, tzinfo=dt.UTC))
+    make_run(
+        task,
+        status=RunStatus.INTERRUPTED,
+        trigger=Trigger.RETRY,
+        started_at=dt.datetime(2086, 3, 9, tzinfo=dt.UTC),
+    )
+    client = client_for(superuser)
+    url = f"{LIST}?status__exact=interrupted&trigger__exact=retry"
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    html = response.content.decode()
+    # One month holds the match: opened straight away, its one day listed.
+    assert "scheduled_for__day=9" in html
+    assert "scheduled_for__month=1" not in html
+    on_runs = [q["sql"] for q in queries if "django_posixcron_run" in q["sql"]]
+    # The page's runs, their count, and the instants for the hierarchy.
+    assert len(on_runs) == 3
 
 
 def test_failed_run_shows_error_and_traceback_escaped(superuser):
