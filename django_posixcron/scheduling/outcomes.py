@@ -270,11 +270,18 @@ class Notifier:
         alerts, runs = self._alerts.drain(deadline), self._runs.drain(deadline)
         abandoned = (alerts or []) + (runs or [])
         if alerts is not None or runs is not None:  # a receiver was still busy
+            # The signals being sent then: some of their receivers have had them, the ones
+            # after the busy one will not (not given back: they were partly sent).
+            cut = [lane.busy for lane in (self._alerts, self._runs) if lane.busy is not None]
             logger.warning(
-                "signal receivers still busy after %.0f s; %d signal(s) not sent: %s",
+                "signal receivers still busy after %.0f s; %d signal(s) not sent: %s%s",
                 timeout,
                 len(abandoned),
                 ", ".join(describe_signal(sig, kw) for sig, kw in abandoned) or "none queued",
+                "; cut off while its receivers ran: "
+                + ", ".join(describe_signal(sig, kw) for _, sig, kw in cut)
+                if cut
+                else "",
                 extra={"action": "signals_abandoned"},
             )
         return abandoned

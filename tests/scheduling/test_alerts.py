@@ -392,6 +392,11 @@ def test_alerts_a_stopping_scheduler_could_not_send_are_given_back_to_the_fleet(
     [warning] = [r for r in caplog.records if getattr(r, "action", "") == "signals_abandoned"]
     left = abandoned[0][1]["task"].name
     assert f"task_overdue(task={left}), task_failing(task=failing)" in warning.getMessage()
+    # The one its receivers were still busy with is named too (partly sent: not given back).
+    sending = ({"first", "second"} - {left}).pop()
+    assert warning.getMessage().endswith(
+        f"; cut off while its receivers ran: task_overdue(task={sending})"
+    )
 
     # The peer's next look sends the overdue episode given back, and only that one.
     sent = alerts.signal_overdue(late, app_alias(), peer.notifier)
