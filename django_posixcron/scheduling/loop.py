@@ -106,6 +106,9 @@ class Outage:
         # A wait on the database longer than this is a stall the others' heartbeats may have
         # waited through too (see stalled()).
         self.stall = stall
+        # Whether this process itself did not run within the last given seconds (the
+        # watchdog's view): such a wait was the process's, not the database's.
+        self.starved: Callable[[float], bool] = lambda seconds: False
 
     def may_judge_others(self) -> bool:
         return time.monotonic() >= self.judge_from
@@ -127,10 +130,14 @@ class Outage:
         held, self.judge_from = self.judge_from, max(self.judge_from, until)
         if held <= time.monotonic():  # said once per hold, not at every slow statement
             logger.warning(
-                "%s waited %.1f s on the database; no other scheduler is judged gone for "
-                "the next %.0f s, as their heartbeats may have waited as long",
+                "%s waited %.1f s %s; no other scheduler is judged gone for the next %.0f s, "
+                "as their heartbeats may have waited as long",
                 what,
                 waited,
+                # After a SIGSTOP or a suspended VM: the statement waited on this process.
+                "(this process itself did not run for part of it: see process_starved)"
+                if self.starved(waited)
+                else "on the database",
                 until - time.monotonic(),
                 extra={"action": "judging_held"},
             )
@@ -344,6 +351,7 @@ class Scheduler:
         self.clock_steps = ClockSteps(self.stale_after)
         # Says so when the loop or the heartbeat waits on a database that does not answer.
         self.watchdog = Watchdog(self.stale_after.total_seconds())
+        self.outage.starved = self.watchdog.starved_within
         # run() and run_once() beat and send run_finished from threads of their own; a
         # scheduler driven by tick() alone does both inline.
         self._serving_threads = False

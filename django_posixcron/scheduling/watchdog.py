@@ -56,6 +56,10 @@ class Watchdog(Periodic):
         self._lock = threading.Lock()
         # part -> [when its wait began (monotonic), what it waits on, whether it was reported]
         self._waiting: dict[str, list[Any]] = {}
+        # When this thread last woke, and when it last found that the process had not run
+        # (monotonic); None before.
+        self.woke_at: float | None = None
+        self.starved_at: float | None = None
 
     @contextlib.contextmanager
     def watching(self, part: str) -> Iterator[None]:
@@ -152,10 +156,20 @@ class Watchdog(Periodic):
         )
         return True
 
+    def starved_within(self, seconds: float) -> bool:
+        """Whether this process did not run for STARVED s or more within the last `seconds`
+        (frozen, or starved of the interpreter lock), as far as this thread can tell: it has
+        not woken for that long, or found so when it last woke."""
+        now = time.monotonic()
+        if self.woke_at is not None and now - self.woke_at >= self.every + STARVED:
+            return True
+        return self.starved_at is not None and now - self.starved_at <= seconds + self.every
+
     def _serve(self) -> None:
-        last = time.monotonic()
+        last = self.woke_at = time.monotonic()
         while not self._stop.wait(self.every):
             now = time.monotonic()
-            self.overslept(now - last - self.every)
-            last = now
+            if self.overslept(now - last - self.every):
+                self.starved_at = now
+            last = self.woke_at = now
             self.check()

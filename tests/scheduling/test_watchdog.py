@@ -73,6 +73,36 @@ def test_a_process_that_did_not_run_is_not_blamed_on_the_database(caplog):
     assert records(caplog, "db_stall_ended") == []
 
 
+def test_a_statement_that_waited_on_a_stopped_process_is_not_blamed_on_the_database(caplog):
+    # After a SIGSTOP the heartbeat's statement had "waited 21 s on the database", beside
+    # the watchdog's own line saying that the process did not run.
+    import datetime as dt
+    import time
+
+    from django_posixcron.scheduling.loop import Outage
+
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    watchdog = Watchdog(limit=30.0)
+    assert watchdog.starved_within(60.0) is False  # not started: nothing seen
+    watchdog.woke_at = time.monotonic()
+    assert watchdog.starved_within(60.0) is False
+    watchdog.woke_at = time.monotonic() - 20.0  # the thread has not run since
+    assert watchdog.starved_within(60.0) is True
+    watchdog.woke_at = time.monotonic()
+    watchdog.starved_at = time.monotonic() - 10.0  # found on waking, 10 s ago
+    assert watchdog.starved_within(21.0) is True
+    assert watchdog.starved_within(2.0) is False
+
+    for starved, wording in ((False, "on the database"), (True, "did not run for part of it")):
+        caplog.clear()
+        outage = Outage(dt.timedelta(seconds=30), stall=5.0)
+        outage.starved = (lambda seconds: True) if starved else (lambda seconds: False)
+        assert outage.stalled(21.0, "the heartbeat") is True
+        [held] = records(caplog, "judging_held")
+        assert held.getMessage().startswith("the heartbeat waited 21.0 s ")
+        assert wording in held.getMessage()
+
+
 def test_a_wait_on_a_tasks_backend_is_named_as_such(caplog):
     # A broker that accepts the connection and never answers stalls the loop in the enqueue
     # after commit: the line names it, not the database, and the heartbeat goes on.
