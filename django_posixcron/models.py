@@ -408,7 +408,7 @@ class Task(models.Model):
         ]
         return changed
 
-    def wrote(self, values: dict[str, Any]) -> None:
+    def _scheduler_wrote(self, values: dict[str, Any]) -> None:
         """Set `values` (by attname), which the scheduler has just written to this task's row,
         and take them as the database's.
 

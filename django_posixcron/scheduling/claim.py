@@ -349,7 +349,7 @@ class Claimer:
         if not planned:
             return []
         for task, _, changes, _ in planned:
-            task.wrote(changes)
+            task._scheduler_wrote(changes)
         # The rows are locked by this transaction, so no compare-and-set is needed.
         fields = list(planned[0][2])
         advance = (
@@ -409,7 +409,7 @@ class Claimer:
                     extra={"action": "claim_lost_race"},
                 )
                 continue
-            task.wrote(changes)
+            task._scheduler_wrote(changes)
             if run is not None:
                 pending.append((run, declaration))
         if bulk.can_insert_new(self.using):

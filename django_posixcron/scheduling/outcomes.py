@@ -607,9 +607,9 @@ def _record_task_outcomes(
     for o in outcomes:
         # The run's task, which run_finished and task_failing hand to receivers, as written:
         # its retry and streak to read, and a receiver's save() that writes only its own
-        # changes (Task.wrote).
+        # changes (Task._scheduler_wrote).
         if (row := touched.get(o.run.task_id)) is not None:
-            o.run.task.wrote({field: row[field] for field in TASK_WRITTEN_FIELDS})
+            o.run.task._scheduler_wrote({field: row[field] for field in TASK_WRITTEN_FIELDS})
     return list(failing.values())
 
 
@@ -658,7 +658,7 @@ def _apply_streak(
         row["failing_signalled"] = streak.signalled
     if streak.pause:
         row["paused"] = True
-        task.wrote({"paused_reason": _pause(task, streak.failures, pause_after, using)})
+        task._scheduler_wrote({"paused_reason": _pause(task, streak.failures, pause_after, using)})
     return (task, streak.failures, streak.pause) if streak.send else None
 
 
