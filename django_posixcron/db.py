@@ -28,7 +28,7 @@ from django.db import (
     connections,
     router,
 )
-from django.db.models import DateTimeField, Func, Subquery
+from django.db.models import DateTimeField, Exists, Func, Subquery
 from django.utils import timezone as dj_timezone
 
 UTC = dt.UTC
@@ -134,22 +134,17 @@ def app_alias(override: str | None = None) -> str:
     return alias
 
 
-class ByTaskIndex(Subquery):
-    """A subquery of one task's runs in the order of the (task, -scheduled_for) index: its
-    latest runs, read from the index's end however long the history is.
+class _ForcedIndex:
+    """A subquery of the runs that names, on MySQL and MariaDB, the index to answer it with
+    (INDEX). Elsewhere the planners choose well (PostgreSQL has partial indexes besides)."""
 
-    MariaDB may answer it through the unique (task, trigger, scheduled_for) index instead,
-    then sort all of the task's runs for each task: with 1.5 million runs a metrics scrape
-    took 80-90 s, and whether the plan holds changes with the sampled index statistics
-    (measured). There the subquery names the index to use. Elsewhere the planners take it.
-    """
-
-    INDEX = "posixcron_run_task_sched"
+    INDEX: str
 
     def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        sql, params = self.as_sql(compiler, connection, **extra_context)
+        expression: Any = self  # a Subquery or an Exists (see the subclasses)
+        sql, params = expression.as_sql(compiler, connection, **extra_context)
         qn = connection.ops.quote_name
-        model = self.query.model
+        model = expression.query.model
         assert model is not None
         table = qn(model._meta.db_table)
         # The runs' table and the alias a subquery's tables get (U0), as the compiler wrote
@@ -158,6 +153,32 @@ class ByTaskIndex(Subquery):
         if found is not None:
             sql = f"{sql[: found.end()]} FORCE INDEX ({qn(self.INDEX)}){sql[found.end() :]}"
         return sql, params
+
+
+class ByTaskIndex(_ForcedIndex, Subquery):
+    """A subquery of one task's runs in the order of the (task, -scheduled_for) index: its
+    latest runs, read from the index's end however long the history is.
+
+    MariaDB may answer it through the unique (task, trigger, scheduled_for) index instead,
+    then sort all of the task's runs for each task: with 1.5 million runs a metrics scrape
+    took 80-90 s, and whether the plan holds changes with the sampled index statistics
+    (measured).
+    """
+
+    INDEX = "posixcron_run_task_sched"
+
+
+class UnfinishedExists(_ForcedIndex, Exists):
+    """Whether a task has an unfinished (queued or running) run, through the (status,
+    process) index: the unfinished runs are few, whatever the history.
+
+    With three unfinished runs or more in the table, MariaDB answered it through a task's
+    index and read each claimed task's whole history, under the claim's row locks (468,000
+    index entries for five busy tasks at 1.5 million runs). PostgreSQL has a partial index
+    of the unfinished runs by task (migration 0006).
+    """
+
+    INDEX = "posixcron_run_status_proc"
 
 
 class DatabaseNow(Func):

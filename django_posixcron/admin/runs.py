@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import smart_split, unescape_string_literal
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -42,6 +43,8 @@ else:
 # The run list counts at most this many rows ("more than 10,000 runs"): an exact COUNT(*) of a
 # million-row history on every page view is a full scan on PostgreSQL.
 RUN_COUNT_CAP = 10_000
+# A search matching more tasks than this filters the runs by a subquery of them.
+SEARCH_TASKS = 1000
 
 
 class CappedPaginator(PaginatorBase):
@@ -73,7 +76,13 @@ class RunChangeList(ChangeList):
                 self.params[ORDER_VAR] = ".".join(kept)
             else:
                 del self.params[ORDER_VAR]
-        return cast("list[Any]", super().get_ordering(request, queryset))
+        ordering = cast("list[Any]", super().get_ordering(request, queryset))
+        # Django breaks ties by "-pk" whatever the first key's direction: ascending by
+        # scheduled time, no index serves "scheduled_for, -id", and MariaDB sorted the whole
+        # history (2.5-4 s at 1.5 million runs). The tie-break follows the first key.
+        if len(ordering) > 1 and ordering[-1] == "-pk" and ordering[0] == "scheduled_for":
+            ordering[-1] = "pk"
+        return ordering
 
     def _offered(self, part: str) -> bool:
         try:
@@ -134,6 +143,29 @@ class RunAdmin(Guarded, RunAdminBase):
 
     class Media:
         css = {"all": ("django_posixcron/admin.css",)}
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
+    ) -> tuple[QuerySet[Run], bool]:
+        """Search by task name as Django does (each word, anywhere in the name), through the
+        matching tasks' ids.
+
+        Searched through the join, MariaDB read the tasks first and sorted every run of the
+        matching ones for each page (3.7 s for one task's name, 22 s for a word in 1,200
+        names, at 1.5 million runs); by the tasks' ids, a list of runs of a few tasks is what
+        the task filter already reads.
+        """
+        if not search_term:
+            return queryset, False
+        tasks = Task.objects.using(app_alias())
+        for bit in smart_split(search_term):
+            if bit.startswith(('"', "'")) and bit[0] == bit[-1]:
+                bit = unescape_string_literal(bit)
+            tasks = tasks.filter(name__icontains=bit)
+        ids = list(tasks.values_list("pk", flat=True)[: SEARCH_TASKS + 1])
+        if len(ids) > SEARCH_TASKS:  # a word in most names: as a subquery, not a long list
+            return queryset.filter(task_id__in=tasks.values("pk")), False
+        return queryset.filter(task_id__in=ids), False
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList

@@ -13,7 +13,7 @@ from django.db.models import Count, Exists, Model, OuterRef, Q, QuerySet, Subque
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from django_posixcron.db import DatabaseNow, has_clock
+from django_posixcron.db import DatabaseNow, UnfinishedExists, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
 from django_posixcron.log import get_logger
 from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
@@ -268,7 +268,8 @@ class Claimer:
                     needs_no_slot |= Q(name__in=list(names))
                 query = query.filter(needs_no_slot)
             unfinished = Run.objects.using(self.using).unfinished().filter(task=OuterRef("pk"))
-            locked: QuerySet[Any] = query.annotate(busy=Exists(unfinished)).order_by("due_at")
+            busy = UnfinishedExists(unfinished)
+            locked: QuerySet[Any] = query.annotate(busy=busy).order_by("due_at")
             return locked[:limit]
 
         if now is None:

@@ -23,7 +23,6 @@ from typing import Any, cast
 
 from django import template
 from django.contrib.admin.templatetags.base import InclusionAdminNode
-from django.db.models import Max, Min
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.text import capfirst
@@ -74,8 +73,13 @@ class _Hierarchy:
         """Return the first and the last instant of the list."""
         if self.instants is not None:
             return (self.instants[0], self.instants[-1]) if self.instants else (None, None)
-        found = self.queryset.aggregate(first=Min(self.field), last=Max(self.field))
-        return found["first"], found["last"]
+        # Two ordered probes, each from one end of the index: MariaDB answered MIN and MAX
+        # under a filter (status=failed) with a scan of the whole table (3-4 s at 1.5 million
+        # runs). Many rows match here (more than the count's cap), so each walk is short.
+        values = self.queryset.values_list(self.field, flat=True)
+        first = list(values.order_by(self.field)[:1])
+        last = list(values.order_by(f"-{self.field}")[:1])
+        return (first[0] if first else None), (last[0] if last else None)
 
     def param(self, name: str) -> int | None:
         return _int(self.cl.params.get(name))

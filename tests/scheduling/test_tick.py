@@ -133,6 +133,35 @@ def test_success_clears_a_pending_retry(tasks, make_scheduler):
     assert task.due_at == task.next_run_at == T0 + HOUR
 
 
+def test_the_claim_reads_unfinished_runs_through_the_status_index_on_mysql(
+    tasks, make_scheduler, gate
+):
+    # MariaDB, with three unfinished runs or more in the table, answered "has this task an
+    # unfinished run?" through a task index: each claimed task's whole history read under the
+    # claim's row locks. There the claim names the (status, process) index.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    name, event = gate
+    for task_name in ("a", "b", "c", "d"):
+        tasks(
+            task_name,
+            schedule="* * * * *",
+            callable_path="tests.testapp.jobs.blocked",
+            kwargs={"gate_name": name, "task_name": task_name},
+        )
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    with CaptureQueriesContext(connection) as queries:
+        result = scheduler.tick(T0 + MINUTE)
+    assert sorted(r.task.name for r in result.skipped) == ["a", "b", "c", "d"]
+    [claim] = [q["sql"] for q in queries if "busy" in q["sql"]]
+    hinted = "FORCE INDEX (`posixcron_run_status_proc`)" in claim
+    assert hinted is (connection.vendor == "mysql")
+    event.set()
+    finished(scheduler)
+
+
 def test_overlap_skip_records_a_skipped_run_and_allow_runs_both(tasks, make_scheduler, gate):
     name, event = gate
     skip = tasks(
