@@ -391,20 +391,20 @@ class Task(models.Model):
         if self._loaded is None:
             return []
         values = self.__dict__
-        written = self._written or {}
-        names, loaded = self._loaded
+        baseline = dict(zip(*self._loaded, strict=True))
+        if self._written is not None:
+            baseline.update(self._written)
         changed = [
             name
-            for name, value in zip(names, loaded, strict=True)
-            if name != "id" and name in values and values[name] != written.get(name, value)
+            for name, value in baseline.items()
+            if name != "id" and name in values and values[name] != value
         ]
         # A field left unread (deferred) and then set: changed, as Django's save() counts it
         # loaded (the claim leaves paused_reason and the description unread).
-        known = {*names, *written}
         changed += [
             f.attname
             for f in self._meta.concrete_fields
-            if f.attname in values and f.attname not in known
+            if f.attname in values and f.attname not in baseline
         ]
         return changed
 

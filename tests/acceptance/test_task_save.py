@@ -261,3 +261,29 @@ def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world):
     assert row.failing_signalled is True
     assert row.retry_at is not None
     assert row.next_run_at == T0 + MINUTE
+
+
+def test_a_receiver_rewording_an_automatic_pause_is_saved(world):
+    # paused_reason is left unread by the claim and written by the outcome's pause: a change
+    # a receiver makes to it after is its own, and saved.
+    from django_posixcron.signals import task_failing
+
+    world.settings(
+        {"flaky": {**FAILING, "schedule": "* * * * *", "pause_after_failures": 1}},
+    )
+    world.start(T0 - MINUTE)
+
+    def reword(sender, task, failures, paused, **kwargs):
+        assert paused is True
+        assert task.paused_reason.startswith("Paused automatically after 1 failed run")
+        task.paused_reason = "Paused: the report server is down"
+        task.save()
+
+    task_failing.connect(reword, weak=False)
+    try:
+        world.tick(T0)
+    finally:
+        task_failing.disconnect(reword)
+    row = task("flaky")
+    assert (row.paused, row.paused_reason) == (True, "Paused: the report server is down")
+    assert row.retry_at is not None
