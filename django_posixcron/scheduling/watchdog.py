@@ -173,3 +173,4 @@ class Watchdog(Periodic):
                 self.starved_at = now
             last = self.woke_at = now
             self.check()
+        self.woke_at = None  # stopped: its silence from now on says nothing
