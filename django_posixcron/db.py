@@ -169,8 +169,9 @@ class ByTaskIndex(_ForcedIndex, Subquery):
 
 
 class UnfinishedExists(_ForcedIndex, Exists):
-    """Whether a task has an unfinished (queued or running) run, through the (status,
-    process) index: the unfinished runs are few, whatever the history.
+    """Whether a task has an unfinished (queued or running) run, through the index of the
+    runs by status, task and process (migration 0011 on MariaDB and MySQL): two short ranges,
+    whatever the history and however many runs other tasks have queued.
 
     With three unfinished runs or more in the table, MariaDB answered it through a task's
     index and read each claimed task's whole history, under the claim's row locks (468,000

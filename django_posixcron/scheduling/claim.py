@@ -9,14 +9,33 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Exists, Model, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    Model,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from django_posixcron.db import DatabaseNow, UnfinishedExists, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
 from django_posixcron.log import get_logger
-from django_posixcron.models import Overlap, Run, RunStatus, SchedulerProcess, Task
+from django_posixcron.models import (
+    UNFINISHED_STATUSES,
+    Overlap,
+    Run,
+    RunStatus,
+    SchedulerProcess,
+    Task,
+)
 from django_posixcron.scheduling import bulk, rules
 from django_posixcron.scheduling.alerts import any_overdue
 from django_posixcron.scheduling.compiled import QueryCache
@@ -267,9 +286,7 @@ class Claimer:
                 if names:
                     needs_no_slot |= Q(name__in=list(names))
                 query = query.filter(needs_no_slot)
-            unfinished = Run.objects.using(self.using).unfinished().filter(task=OuterRef("pk"))
-            busy = UnfinishedExists(unfinished)
-            locked: QuerySet[Any] = query.annotate(busy=busy).order_by("due_at")
+            locked: QuerySet[Any] = query.annotate(busy=self._busy()).order_by("due_at")
             return locked[:limit]
 
         if now is None:
@@ -277,6 +294,24 @@ class Claimer:
             return self.queries.get(key, build).instances(Task)
         key = ("claim", excluded, names, slotless, limit)
         return self.queries.get(key, build, ["now"]).instances(Task, now=now)
+
+    def _busy(self) -> Any:
+        """Whether the locked task has an unfinished (queued or running) run.
+
+        On MariaDB and MySQL one EXISTS per status, each an equality on both columns of the
+        (status, task) prefix of the status index (migration 0011), by name: with the two
+        statuses in one IN, MariaDB ranged over the status alone, reading every unfinished
+        run of the table for each task (0.27 s a claim of 100 tasks behind 5,000 queued runs,
+        against 0.01 s), or took a task's index and read its whole history. PostgreSQL and
+        SQLite have a partial index of the unfinished runs by task (migration 0006).
+        """
+        runs = Run.objects.using(self.using).filter(task=OuterRef("pk"))
+        if connections[self.using].vendor != "mysql":
+            return Exists(runs.unfinished())
+        each = Q()
+        for status in sorted(UNFINISHED_STATUSES):
+            each |= Q(UnfinishedExists(runs.filter(status=status)))
+        return ExpressionWrapper(each, output_field=BooleanField())
 
     def _note_mismatch(self, task: Task, declaration: TaskDeclaration | None) -> None:
         self.mismatched[task.pk] = task.name
