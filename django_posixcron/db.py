@@ -146,13 +146,22 @@ class _ForcedIndex:
         qn = connection.ops.quote_name
         model = expression.query.model
         assert model is not None
-        table = qn(model._meta.db_table)
-        # The runs' table and the alias a subquery's tables get (U0), as the compiler wrote
-        # them; the hint follows. Not found (another compiler's spelling): left as it is.
-        found = re.search(rf"FROM {re.escape(table)}(?: [A-Z]\d+\b)?", sql)
-        if found is not None:
-            sql = f"{sql[: found.end()]} FORCE INDEX ({qn(self.INDEX)}){sql[found.end() :]}"
-        return sql, params
+        return force_index(sql, qn(model._meta.db_table), qn(self.INDEX)), params
+
+
+def force_index(sql: str, table: str, index: str) -> str:
+    """Return `sql` with `FORCE INDEX (index)` after its first `FROM table` and the alias.
+
+    The alias a subquery's tables get (U0) is quoted by Django 6.1 and not before; the hint
+    goes between it and the clause that follows. Another spelling: `sql` as it is, never a
+    statement the server refuses.
+    """
+    alias = r"(?: (?:AS )?(?:[A-Z]\d+\b|`[A-Z]\d+`))?"
+    follows = r"(?= WHERE | INNER | LEFT | ORDER | GROUP | LIMIT |\)|$)"
+    found = re.search(rf"FROM {re.escape(table)}{alias}{follows}", sql)
+    if found is None:
+        return sql
+    return f"{sql[: found.end()]} FORCE INDEX ({index}){sql[found.end() :]}"
 
 
 class ByTaskIndex(_ForcedIndex, Subquery):
