@@ -16,6 +16,7 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from django_posixcron.models import Task
+from django_posixcron.signals import run_finished, task_failing
 from tests.harness.world import HOUR, MINUTE, T0, record, runs, task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,21 +180,20 @@ def test_a_changed_field_of_a_partly_loaded_task_is_written(world):
 
 
 @pytest.fixture
-def on_finished():
-    from django_posixcron.signals import run_finished
-
+def receive():
+    """Connect receivers to signals for the length of the test."""
     connected = []
 
-    def connect(receiver):
-        run_finished.connect(receiver, weak=False)
-        connected.append(receiver)
+    def connect(signal, receiver):
+        signal.connect(receiver, weak=False)
+        connected.append((signal, receiver))
 
     yield connect
-    for receiver in connected:
-        run_finished.disconnect(receiver)
+    for signal, receiver in connected:
+        signal.disconnect(receiver)
 
 
-def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, on_finished):
+def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, receive):
     world.settings({"flaky": {**FAILING, "schedule": "* * * * *"}})
     world.start(T0 - MINUTE)
     seen = []
@@ -204,7 +204,7 @@ def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, on_f
             run.task.paused = True
             run.task.save()
 
-    on_finished(pause_it)
+    receive(run_finished, pause_it)
     world.tick(T0)  # the occurrence fails: a retry 5 minutes later
     Task.objects.filter(name="flaky").update(next_run_at=T0 + HOUR, due_at=T0 + 5 * MINUTE)
     world.tick(T0 + 5 * MINUTE + dt.timedelta(seconds=30))  # the retry fails too
@@ -219,7 +219,7 @@ def test_a_receiver_pausing_the_task_of_a_failed_run_keeps_its_retry(world, on_f
     assert seen == [(row.retry_at, 2)]
 
 
-def test_a_receiver_saving_the_task_of_a_run_does_not_move_the_cursor_back(world, on_finished):
+def test_a_receiver_saving_the_task_of_a_run_does_not_move_the_cursor_back(world, receive):
     world.settings({"every": record("every", "* * * * *")})
     world.start(T0 - MINUTE)
 
@@ -228,7 +228,7 @@ def test_a_receiver_saving_the_task_of_a_run_does_not_move_the_cursor_back(world
         run.task.paused_reason = "paused by a receiver"  # not read by the claim
         run.task.save()
 
-    on_finished(describe_it)
+    receive(run_finished, describe_it)
     world.tick(T0)
     row = task("every")
     assert (row.paused, row.paused_reason) == (True, "paused by a receiver")
@@ -237,9 +237,7 @@ def test_a_receiver_saving_the_task_of_a_run_does_not_move_the_cursor_back(world
     assert row.last_run_started_at is not None
 
 
-def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world):
-    from django_posixcron.signals import task_failing
-
+def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world, receive):
     world.settings({"flaky": {**FAILING, "schedule": "* * * * *"}}, FAILING_AFTER=1)
     world.start(T0 - MINUTE)
     got = []
@@ -249,11 +247,8 @@ def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world):
         task.description = "failing"
         task.save()
 
-    task_failing.connect(note_it, weak=False)
-    try:
-        world.tick(T0)
-    finally:
-        task_failing.disconnect(note_it)
+    receive(task_failing, note_it)
+    world.tick(T0)
     row = task("flaky")
     assert got == [(1, 1, True)]
     assert row.description == "failing"
@@ -263,11 +258,9 @@ def test_a_task_failing_receiver_saving_its_task_keeps_the_streak(world):
     assert row.next_run_at == T0 + MINUTE
 
 
-def test_a_receiver_rewording_an_automatic_pause_is_saved(world):
+def test_a_receiver_rewording_an_automatic_pause_is_saved(world, receive):
     # paused_reason is left unread by the claim and written by the outcome's pause: a change
     # a receiver makes to it after is its own, and saved.
-    from django_posixcron.signals import task_failing
-
     world.settings(
         {"flaky": {**FAILING, "schedule": "* * * * *", "pause_after_failures": 1}},
     )
@@ -279,11 +272,8 @@ def test_a_receiver_rewording_an_automatic_pause_is_saved(world):
         task.paused_reason = "Paused: the report server is down"
         task.save()
 
-    task_failing.connect(reword, weak=False)
-    try:
-        world.tick(T0)
-    finally:
-        task_failing.disconnect(reword)
+    receive(task_failing, reword)
+    world.tick(T0)
     row = task("flaky")
     assert (row.paused, row.paused_reason) == (True, "Paused: the report server is down")
     assert row.retry_at is not None
