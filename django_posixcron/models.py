@@ -391,7 +391,7 @@ class Task(models.Model):
         if self._loaded is None:
             return []
         values = self.__dict__
-        baseline = dict(zip(*self._loaded, strict=True))
+        baseline = self.values_read()
         if self._written is not None:
             baseline.update(self._written)
         changed = [
@@ -421,13 +421,18 @@ class Task(models.Model):
         self.__dict__.update(values)
         self._written = values if self._written is None else {**self._written, **values}
 
+    def values_read(self) -> dict[str, Any]:
+        """Return the values (by attname) this instance was read with, before any change to
+        it: loaded, or taken as the database's by save() or refresh_from_db()."""
+        return dict(zip(*self._loaded, strict=True)) if self._loaded is not None else {}
+
     def _snapshot(self, fields: Iterable[str] | None) -> None:
         """Take the current values of `fields` (all when None) as the database's."""
         wanted = None if fields is None else set(fields)
         attnames = [
             f.attname for f in self._meta.concrete_fields if wanted is None or f.name in wanted
         ]
-        loaded = dict(zip(*self._loaded, strict=True)) if self._loaded is not None else {}
+        loaded = self.values_read()
         if self._written is not None:
             loaded.update(self._written)
             self._written = None

@@ -35,6 +35,8 @@ from django_posixcron.models import (
     RunStatus,
     SchedulerProcess,
     Task,
+    Trigger,
+    due_at,
 )
 from django_posixcron.scheduling import bulk, rules
 from django_posixcron.scheduling.alerts import any_overdue
@@ -158,6 +160,8 @@ class Claimer:
         self.queries = QueryCache(using, size=32)
         # Runs the claim's own transaction could not enqueue, recorded failed after commit.
         self.refused: list[Outcome] = []
+        # This claim's runs the unique constraint refused: their occurrences had fired already.
+        self.conflicted: list[Run] = []
 
     def refresh_mismatches(self, now: dt.datetime) -> None:
         if self._recheck_at is None or now >= self._recheck_at:
@@ -199,6 +203,7 @@ class Claimer:
         `due_by` (with `now` given) claims only tasks due by that instant; the runs are still
         judged and started at `now`.
         """
+        self.conflicted = []
         with transaction.atomic(using=self.using):
             if due_by is not None:
                 assert now is not None, "due_by needs an instant to claim at"
@@ -235,6 +240,8 @@ class Claimer:
                 runs = self.write_locked(planned)
             else:
                 runs = self.write_compare_and_set(planned)
+            if self.conflicted:
+                self.give_back(self.conflicted)
             # A skip is final when inserted; the other runs are counted with their outcome.
             count_runs((run for run, _ in runs if run.status == RunStatus.SKIPPED), self.using)
             if self.handoff_names:
@@ -478,17 +485,49 @@ class Claimer:
             return False
         return True
 
-    @staticmethod
-    def already_fired(run: Run) -> None:
+    def already_fired(self, run: Run) -> None:
         # "A unique-constraint conflict means another process already fired that
-        # occurrence"; the cursor still moves on with this transaction.
+        # occurrence": another scheduler, or an earlier run of this task whose instant the
+        # cursor came back to (a changed schedule or zone sets it to the current minute, if
+        # that matches, and the minute may have fired before the deploy). The cursor still
+        # moves on with this transaction.
         logger.info(
-            "task %s %s occurrence %s already fired elsewhere",
+            "task %s %s occurrence %s already fired: its run is recorded, not started again",
             run.task.name,
             run.trigger,
             run.scheduled_for.isoformat(),
             extra={"action": "already_fired"},
         )
+        self.conflicted.append(run)
+
+    def give_back(self, conflicted: list[Run]) -> None:
+        """Give the tasks of runs that were not inserted what their claim consumed.
+
+        A run answers every reason its task was due for (rules.after_claim): it consumes a
+        pending retry and a request, and it is the task's last start. A run the unique
+        constraint refused answered nothing: its task keeps the retry of its last failure and
+        the request an operator made, which fire at the next tick, and does not read as
+        running. Only the reason the refused run stood for (its occurrence, that retry, that
+        request) stays consumed, and the cursor stays moved on. Rare (a conflict): one
+        statement per run.
+        """
+        for run in conflicted:
+            task = run.task
+            read = task.values_read()
+            retry_at = task.retry_at if run.trigger == Trigger.RETRY else read.get("retry_at")
+            requested = (
+                task.run_requested_at
+                if run.trigger == Trigger.MANUAL
+                else read.get("run_requested_at")
+            )
+            values = {
+                "retry_at": retry_at,
+                "run_requested_at": requested,
+                "due_at": due_at(task.next_run_at, retry_at, requested),
+                "last_run_started_at": read.get("last_run_started_at"),
+            }
+            Task.objects.using(self.using).filter(pk=task.pk).update(**values)
+            task._scheduler_wrote(values)
 
 
 @dataclasses.dataclass(frozen=True)

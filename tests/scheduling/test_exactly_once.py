@@ -53,6 +53,79 @@ def test_an_occurrence_already_recorded_is_not_fired_again(tasks, make_scheduler
     assert task.next_run_at == T0 + HOUR  # the cursor still moved on
 
 
+def test_an_occurrence_already_recorded_leaves_the_retry_and_the_request_it_did_not_serve(
+    tasks, make_scheduler
+):
+    # The 10:00 run failed (its retry at 10:05), a run was requested at 10:00:35, and a deploy
+    # set the cursor back to 10:00: the current minute matches its changed schedule. The
+    # claim's run conflicts with the 10:00 run: nothing ran, so nothing was served.
+    failed_at = T0 + dt.timedelta(seconds=2)
+    task = tasks(
+        next_run_at=T0,
+        retry_at=T0 + 5 * MINUTE,
+        retry_occurrence=T0,
+        retry_attempt=1,
+        run_requested_at=T0 + dt.timedelta(seconds=35),
+        last_run_started_at=T0,
+        last_run_finished_at=failed_at,
+        last_run_status=RunStatus.FAILED,
+    )
+    Run.objects.create(task=task, trigger=Trigger.CRON, status=RunStatus.FAILED, scheduled_for=T0)
+    scheduler = make_scheduler()
+
+    assert scheduler.tick(T0 + dt.timedelta(seconds=40)).claimed == []
+
+    task.refresh_from_db()
+    assert task.next_run_at == T0 + HOUR
+    assert task.retry_at == T0 + 5 * MINUTE
+    assert task.run_requested_at == T0 + dt.timedelta(seconds=35)
+    assert task.due_at == T0 + dt.timedelta(seconds=35)
+    # No run started: the task does not read as running.
+    assert task.last_run_started_at == T0
+    assert not task.is_running
+    # The request fires at the next tick, and the run answers the retry too (one run).
+    manual = scheduler.tick(T0 + dt.timedelta(seconds=41)).claimed
+    assert scheduler.wait_idle(10)
+    assert [(run.trigger, run.attempt) for run in manual] == [(Trigger.MANUAL, 1)]
+
+
+def test_an_occurrence_already_recorded_leaves_the_retry_of_its_failure(tasks, make_scheduler):
+    task = tasks(
+        next_run_at=T0, retry_at=T0 + 5 * MINUTE, retry_occurrence=T0, retry_attempt=1
+    )
+    Run.objects.create(task=task, trigger=Trigger.CRON, status=RunStatus.FAILED, scheduled_for=T0)
+    scheduler = make_scheduler()
+
+    assert scheduler.tick(T0 + dt.timedelta(seconds=40)).claimed == []
+    retry = scheduler.tick(T0 + 6 * MINUTE).claimed
+    assert scheduler.wait_idle(10)
+
+    assert [(run.trigger, run.scheduled_for, run.occurrence, run.attempt) for run in retry] == [
+        (Trigger.RETRY, T0 + 5 * MINUTE, T0, 2)
+    ]
+
+
+def test_a_deploy_in_the_minute_its_task_failed_keeps_the_retry(posixcron, make_scheduler):
+    """A changed zone sets the cursor back to the current minute, which already fired."""
+    posixcron({"z": {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.fail"}})
+    first = make_scheduler(declarations=reconcile(now=T0 - MINUTE).declarations)
+    assert len(first.tick(T0).claimed) == 1
+    assert first.wait_idle(10)
+    failed = Task.objects.get(name="z")
+    assert failed.retry_at is not None
+
+    zone = {"timezone": "Europe/London"}
+    posixcron({"z": {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.fail", **zone}})
+    plan = reconcile(now=T0 + dt.timedelta(seconds=30))
+    assert Task.objects.get(name="z").next_run_at == T0  # the current minute matches
+    second = make_scheduler(declarations=plan.declarations)
+    assert second.tick(T0 + dt.timedelta(seconds=40)).claimed == []
+    retried = second.tick(failed.retry_at + dt.timedelta(seconds=1)).claimed
+    assert second.wait_idle(10)
+
+    assert [(run.trigger, run.attempt) for run in retried] == [(Trigger.RETRY, 2)]
+
+
 def test_in_a_batch_only_the_occurrence_already_recorded_is_left_out(tasks, make_scheduler):
     first, fired, last = (tasks(name, next_run_at=T0) for name in ("first", "fired", "last"))
     Run.objects.create(
