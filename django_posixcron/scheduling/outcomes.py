@@ -565,7 +565,7 @@ def _record_task_outcomes(
             row["last_fire_lag"] = o.run.started_at - o.run.scheduled_for
         occurrence = o.run.occurrence or o.run.scheduled_for
         if previous[o.run.pk] == RunStatus.LOST:
-            _apply_late_outcome(o, occurrence, row)
+            _apply_late_outcome(o, occurrence, row, using)
             continue
         if rules.outdated_success(
             o.status, occurrence, row["consecutive_failures"], row["retry_occurrence"]
@@ -613,9 +613,12 @@ def _record_task_outcomes(
     return list(failing.values())
 
 
-def _apply_late_outcome(o: Outcome, occurrence: dt.datetime, row: dict[str, Any]) -> None:
+def _apply_late_outcome(
+    o: Outcome, occurrence: dt.datetime, row: dict[str, Any], using: str
+) -> None:
     """Apply the real outcome of a run marked lost: the verdict "lost" already applied the
-    retry rule and counted the failure, so no second retry and no second failure."""
+    retry rule and counted the failure, so no second retry and no second failure. A success
+    ends the streak, and lifts the pause the verdict made (pause_after_failures)."""
     if rules.late_success_cancels_retry(
         o.status,
         occurrence,
@@ -632,6 +635,30 @@ def _apply_late_outcome(o: Outcome, occurrence: dt.datetime, row: dict[str, Any]
         row["last_run_status"], row["last_run_finished_at"] = o.status, o.finished_at
         if o.status == RunStatus.SUCCEEDED:
             row["consecutive_failures"], row["failing_signalled"] = 0, False
+            if row["paused"] and _lift_pause(o.run.task, using):
+                row["paused"] = False
+
+
+def _lift_pause(task: Task, using: str) -> bool:
+    """Resume a task the scheduler paused (pause_after_failures) for failures that, with a
+    lost run's late success, are no longer in a row. Its reason tells an automatic pause from
+    an operator's (which no outcome lifts): resuming clears it, and an operator's pause sets
+    none. Return whether the pause was lifted."""
+    lifted = (
+        Task.objects.using(using)
+        .filter(pk=task.pk, paused=True)
+        .exclude(paused_reason="")
+        .update(paused=False, paused_reason="", updated_at=dj_timezone.now())
+    )
+    if lifted:
+        task._scheduler_wrote({"paused_reason": ""})
+        logger.warning(
+            "task %s resumed: it was paused after failed runs in a row, and its run marked "
+            "lost has since succeeded",
+            task.name,
+            extra={"action": "auto_pause_lifted", "task": task.name},
+        )
+    return bool(lifted)
 
 
 def _apply_streak(

@@ -737,3 +737,69 @@ def test_a_run_starting_late_reads_its_row_and_does_not_start_one_ended_elsewher
         return
     assert list(Run.objects.values_list("status", flat=True)) == ([status] if status else [])
     assert f"run {run.pk} of task a was not started: it was claimed 60 s ago" in caplog.text
+
+
+
+def _lost_then_succeeded(
+    tasks, make_scheduler, gate, settings, meanwhile: Any = None
+) -> Task:
+    """Run "held" (pause_after_failures = 1), have a peer mark it lost while it runs (its
+    process looks dead), which pauses it, then let it return: its real outcome, a success,
+    arrives late. `meanwhile(task)` acts between the verdict and the outcome."""
+    name, event = gate
+    settings.POSIXCRON = {
+        "TASKS": {"held": {"schedule": "0 * * * *", "callable": "x.y", "pause_after_failures": 1}},
+    }
+    task = tasks(
+        "held",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name, "task_name": "held"},
+        retry_delay=600,
+        next_run_at=T0,
+    )
+    owner = make_scheduler()
+    assert len(owner.tick(T0).started) == 1
+    SchedulerProcess.objects.filter(pk=owner.process.pk).update(last_heartbeat_at=T0 - HOUR)
+    assert len(make_scheduler().tick(T0 + 2 * MINUTE).lost) == 1
+    task.refresh_from_db()
+    assert task.paused
+    assert task.paused_reason
+    if meanwhile is not None:
+        meanwhile(task)
+    event.set()
+    finished(owner)
+    assert Run.objects.get(task=task).status == RunStatus.SUCCEEDED
+    task.refresh_from_db()
+    return task
+
+
+def test_a_lost_runs_late_success_lifts_the_pause_its_verdict_made(
+    tasks, make_scheduler, gate, settings, caplog
+):
+    # The task was paused for a failure that turned out not to be one: the run "lost" while
+    # its process was frozen succeeded. Left paused, the task would never fire again.
+    with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler"):
+        task = _lost_then_succeeded(tasks, make_scheduler, gate, settings)
+
+    assert not task.paused
+    assert task.paused_reason == ""
+    assert task.retry_at is None
+    assert task.consecutive_failures == 0
+    assert task.due_at == T0 + HOUR
+    lifted = [r for r in caplog.records if getattr(r, "action", "") == "auto_pause_lifted"]
+    assert [r.levelno for r in lifted] == [logging.WARNING]
+    assert "held" in lifted[0].getMessage()
+
+
+def test_a_lost_runs_late_success_leaves_a_pause_an_operator_made(
+    tasks, make_scheduler, gate, settings
+):
+    def paused_again(task: Task) -> None:
+        # The operator resumed the task and paused it again: a pause of theirs stands.
+        assert task.resume(T0 + 3 * MINUTE)
+        assert task.pause(T0 + 3 * MINUTE)
+
+    task = _lost_then_succeeded(tasks, make_scheduler, gate, settings, paused_again)
+
+    assert task.paused
+    assert task.consecutive_failures == 0
