@@ -117,28 +117,35 @@ class TaskStateActions(TaskAdminBase):
             # conditional UPDATE says whether this request made it: one pending already (asked
             # for before, or by another request since the task was read) is the same run.
             if not task.request_run():
+                live = self._scheduler_live()
                 if task.paused:
                     already = gettext(
                         "A run of %(task)s is already requested; it starts once the task is "
                         "resumed."
                     )
+                elif not live:
+                    # The warning that no scheduler is running says when it starts.
+                    already = gettext("A run of %(task)s is already requested.")
                 else:
                     already = gettext(
                         "A run of %(task)s is already requested; a scheduler starts it at its "
                         "next tick."
                     )
                 self.message_user(request, already % {"task": task.name}, messages.INFO)
-                self._warn_no_scheduler(request)
+                self._warn_no_scheduler(request, live)
                 return None
             self._log(
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
             )
-            self.message_user(
-                request,
-                gettext("Requested a run of %(task)s: a scheduler starts it at its next tick.")
-                % {"task": task.name},
-                messages.SUCCESS,
-            )
+            live = self._scheduler_live()
+            if task.paused or not live:
+                # A warning follows: when the run starts is for it to say.
+                requested = gettext("Requested a run of %(task)s.")
+            else:
+                requested = gettext(
+                    "Requested a run of %(task)s: a scheduler starts it at its next tick."
+                )
+            self.message_user(request, requested % {"task": task.name}, messages.SUCCESS)
             if task.paused:
                 self.message_user(
                     request,
@@ -157,7 +164,7 @@ class TaskStateActions(TaskAdminBase):
                     % {"task": task.name},
                     messages.WARNING,
                 )
-            self._warn_no_scheduler(request)
+            self._warn_no_scheduler(request, live)
             return gettext("Requested a run.")
 
         return self._state_view(request, object_id, self.has_run_permission, change)
@@ -248,7 +255,8 @@ class TaskStateActions(TaskAdminBase):
                 request, "Run requested from the admin task=%s user=%s", "admin_run_now", task.name
             )
         self._history(request, done_to, gettext("Requested a run."))
-        if requested:
+        live = self._scheduler_live() if selected else True
+        if requested and live:
             self.message_user(
                 request,
                 ngettext(
@@ -259,7 +267,19 @@ class TaskStateActions(TaskAdminBase):
                 % {"count": requested},
                 messages.SUCCESS,
             )
-        if unchanged:
+        elif requested:
+            # The warning that no scheduler is running says when they start.
+            self.message_user(
+                request,
+                ngettext(
+                    "Requested a run of %(count)d task.",
+                    "Requested a run of %(count)d tasks.",
+                    requested,
+                )
+                % {"count": requested},
+                messages.SUCCESS,
+            )
+        if unchanged and live:
             self.message_user(
                 request,
                 ngettext(
@@ -267,6 +287,17 @@ class TaskStateActions(TaskAdminBase):
                     "tick.",
                     "%(count)d already had a run requested; a scheduler starts them at its next "
                     "tick.",
+                    unchanged,
+                )
+                % {"count": unchanged},
+                messages.INFO,
+            )
+        elif unchanged:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d already had a run requested.",
+                    "%(count)d already had a run requested.",
                     unchanged,
                 )
                 % {"count": unchanged},
@@ -288,7 +319,7 @@ class TaskStateActions(TaskAdminBase):
                 messages.WARNING,
             )
         if selected:
-            self._warn_no_scheduler(request)
+            self._warn_no_scheduler(request, live)
         self._warn_retired(request, queryset.retired().count())
 
     # Messages -----------------------------------------------------------------------------
@@ -317,9 +348,14 @@ class TaskStateActions(TaskAdminBase):
             messages.WARNING,
         )
 
-    def _warn_no_scheduler(self, request: HttpRequest) -> None:
+    @staticmethod
+    def _scheduler_live() -> bool:
+        """Whether a scheduler is live by the header's rule."""
+        return live_processes(clock()).exists()
+
+    def _warn_no_scheduler(self, request: HttpRequest, live: bool | None = None) -> None:
         """Warn that a requested run waits: no scheduler is live by the header's rule."""
-        if live_processes(clock()).exists():
+        if self._scheduler_live() if live is None else live:
             return
         self.message_user(
             request,

@@ -202,14 +202,29 @@ class TaskAdmin(Guarded, TaskStateActions):
     def retry_display(self, obj: Task) -> SafeString:
         if obj.retry_at is None:
             return dash()
-        if obj.paused and obj.declared:
-            # Kept for when the task is resumed; it does not happen while paused.
+        if not obj.declared:
+            # A retired task never fires, and its return to settings forgets the retry.
             return format_html(
                 '<span class="posixcron-time">{}</span><br>{}',
                 display.in_zone(obj.retry_at, obj.timezone),
-                muted(gettext("on hold while paused")),
+                muted(gettext("never: the task is retired")),
             )
-        if obj.declared and retry_replaced(obj.retry_at, obj.next_run_at, obj.run_requested_at):
+        replaced = retry_replaced(obj.retry_at, obj.next_run_at, obj.run_requested_at)
+        if obj.paused and not replaced:
+            # Kept for when the task is resumed, unless the next occurrence has passed by
+            # then: that one fires first and consumes it (the trigger precedence).
+            if obj.next_run_at is None:
+                hold = gettext("on hold while paused")
+            else:
+                hold = gettext(
+                    "on hold while paused; resumed after %(when)s, the next run replaces it"
+                ) % {"when": display.in_zone(obj.next_run_at, obj.timezone)}
+            return format_html(
+                '<span class="posixcron-time">{}</span><br>{}',
+                display.in_zone(obj.retry_at, obj.timezone),
+                muted(hold),
+            )
+        if replaced:
             # "When the next cron occurrence comes first, it fires first and consumes the
             # retry" (a requested run too): this one will not happen, the next run takes its
             # place.

@@ -691,17 +691,15 @@ def _apply_streak(
 
 def _pause(task: Task, failures: int, pause_after: int | None, using: str) -> str:
     """Pause a task whose failures reached its pause_after_failures; return why."""
-    reason = (
-        f"Paused automatically after {failures} failed runs in a row "
-        f"(pause_after_failures = {pause_after})."
-    )
+    runs = "1 failed run" if failures == 1 else f"{failures} failed runs in a row"
+    reason = f"Paused automatically after {runs} (pause_after_failures = {pause_after})."
     Task.objects.using(using).filter(pk=task.pk).update(
         paused=True, paused_reason=reason, updated_at=dj_timezone.now()
     )
     logger.warning(
-        "task %s paused after %d failed runs in a row",
+        "task %s paused after %s",
         task.name,
-        failures,
+        runs,
         extra={"action": "auto_paused", "task": task.name},
     )
     return reason

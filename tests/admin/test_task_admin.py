@@ -390,6 +390,7 @@ def test_pause_and_resume_views(operator):
 
 
 def test_run_now_view_records_a_request_and_runs_nothing(operator, monkeypatch):
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=timezone.now())
     task = make_task(callable_path="tests.admin.test_task_admin.explode")
     before = timezone.now()
     response = client_for(operator).post(action_url(task, "run"), follow=True)
@@ -407,14 +408,17 @@ def explode() -> None:  # pragma: no cover - the admin must never call it
 
 
 def test_run_now_on_a_paused_task_warns(operator):
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=timezone.now())
     task = make_task(paused=True)
     response = client_for(operator).post(action_url(task, "run"), follow=True)
     assert "its run starts once it is resumed" in response.content.decode()
+    assert "next tick" not in response.content.decode()
     task.refresh_from_db()
     assert task.run_requested_at is not None
 
 
 def test_run_now_while_a_run_is_going_warns_that_overlap_skip_applies(operator):
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=timezone.now())
     going = make_task(name="going", last_run_started_at=timezone.now())
     allowed = make_task(name="allowed", overlap="allow", last_run_started_at=timezone.now())
     done = make_task(name="done", last_run_finished_at=timezone.now())
@@ -445,8 +449,13 @@ def test_run_now_warns_when_no_scheduler_is_live(operator):
     button, action = make_task(name="button"), make_task(name="action")
     client = client_for(operator)
     for _twice in range(2):
-        assert NO_SCHEDULER in client.post(action_url(button, "run"), follow=True).content.decode()
-        assert NO_SCHEDULER in _act(client, "run_selected", action).content.decode()
+        text = client.post(action_url(button, "run"), follow=True).content.decode()
+        assert NO_SCHEDULER in text
+        # Not "a scheduler starts it at its next tick" beside it: none is running.
+        assert "next tick" not in text
+        text = _act(client, "run_selected", action).content.decode()
+        assert NO_SCHEDULER in text
+        assert "next tick" not in text
 
     SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=now)
     assert NO_SCHEDULER not in client.post(action_url(button, "run"), follow=True).content.decode()
@@ -645,6 +654,7 @@ def test_a_second_run_now_keeps_the_pending_request(operator):
 
 
 def test_the_run_action_again_records_nothing_for_a_request_still_pending(operator, caplog):
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=timezone.now())
     pending, fresh = make_task(name="pending"), make_task(name="fresh")
     client = client_for(operator)
     _act(client, "run_selected", pending)
@@ -880,6 +890,31 @@ def test_a_paused_tasks_pending_retry_is_shown_on_hold(superuser):
     html = client_for(superuser).get(LIST).content.decode()
     assert "on hold while paused" in html
     assert "5\xa0minutes ago" not in html
+
+
+def test_a_paused_tasks_retry_says_when_a_resume_loses_it_and_a_retired_ones_is_never(superuser):
+    now = timezone.now()
+    # Resumed after 11:00 the 11:00 occurrence fires first and consumes the retry.
+    make_task(
+        name="held",
+        paused=True,
+        timezone="UTC",
+        retry_at=now + dt.timedelta(minutes=5),
+        next_run_at=dt.datetime(2086, 1, 7, 11, 0, tzinfo=dt.UTC),
+    )
+    # Paused with its next occurrence before the retry: replaced, paused or not.
+    make_task(
+        name="replaced",
+        paused=True,
+        retry_at=now + dt.timedelta(hours=2),
+        next_run_at=now + dt.timedelta(hours=1),
+    )
+    make_task(name="gone", declared=False, retry_at=now + dt.timedelta(minutes=5))
+    html = client_for(superuser).get(LIST).content.decode()
+    held = "on hold while paused; resumed after 2086-01-07 11:00 UTC, the next run replaces it"
+    assert held in html
+    assert html.count("replaced by the next run, which comes first") == 1
+    assert "never: the task is retired" in html
 
 
 def test_a_retry_the_next_cron_run_comes_before_is_shown_replaced(superuser):

@@ -90,9 +90,7 @@ def test_an_occurrence_already_recorded_leaves_the_retry_and_the_request_it_did_
 
 
 def test_an_occurrence_already_recorded_leaves_the_retry_of_its_failure(tasks, make_scheduler):
-    task = tasks(
-        next_run_at=T0, retry_at=T0 + 5 * MINUTE, retry_occurrence=T0, retry_attempt=1
-    )
+    task = tasks(next_run_at=T0, retry_at=T0 + 5 * MINUTE, retry_occurrence=T0, retry_attempt=1)
     Run.objects.create(task=task, trigger=Trigger.CRON, status=RunStatus.FAILED, scheduled_for=T0)
     scheduler = make_scheduler()
 
