@@ -739,7 +739,9 @@ def test_a_run_starting_late_reads_its_row_and_does_not_start_one_ended_elsewher
     assert f"run {run.pk} of task a was not started: it was claimed 60 s ago" in caplog.text
 
 
-def _lost_then_succeeded(tasks, make_scheduler, gate, settings, meanwhile: Any = None) -> Task:
+def _lost_then_succeeded(
+    tasks: Any, make_scheduler: Any, gate: Any, settings: Any, meanwhile: Any = None
+) -> Task:
     """Run "held" (pause_after_failures = 1), have a peer mark it lost while it runs (its
     process looks dead), which pauses it, then let it return: its real outcome, a success,
     arrives late. `meanwhile(task)` acts between the verdict and the outcome."""
@@ -747,7 +749,7 @@ def _lost_then_succeeded(tasks, make_scheduler, gate, settings, meanwhile: Any =
     settings.POSIXCRON = {
         "TASKS": {"held": {"schedule": "0 * * * *", "callable": "x.y", "pause_after_failures": 1}},
     }
-    task = tasks(
+    task: Task = tasks(
         "held",
         callable_path="tests.testapp.jobs.blocked",
         kwargs={"gate_name": name, "task_name": "held"},
