@@ -9,8 +9,8 @@ from typing import Any, cast
 from django.db.models import QuerySet
 from django.utils import timezone, translation
 from django.utils.formats import date_format
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -170,6 +170,28 @@ def when(value: dt.datetime, tz: str, now: dt.datetime) -> SafeString:
         '<span class="posixcron-time">{}</span><br><span class="posixcron-muted">{}</span>',
         in_zone(value, tz),
         relative(value, now),
+    )
+
+
+# An expression up to this long stays on one line, as written.
+SCHEDULE_ON_ONE_LINE = 20
+
+
+def schedule_html(schedule: str) -> SafeString:
+    """Return a cron expression for a page: on one line (the code element does not wrap), or,
+    when longer, one that breaks only after a comma of a list, never between its fields.
+
+    "30 2 * *" over "*" would read as an expression of fewer fields; a long list
+    ("0,5,10,...,55 * * * *") on one line widened the task list past the window.
+    """
+    if len(schedule) <= SCHEDULE_ON_ONE_LINE:
+        return format_html('<code class="posixcron-schedule">{}</code>', schedule)
+    fields = (
+        ",<wbr>".join(escape(part) for part in field.split(",")) for field in schedule.split()
+    )
+    return format_html(
+        '<code class="posixcron-schedule posixcron-schedule-long">{}</code>',
+        mark_safe("\N{NO-BREAK SPACE}".join(fields)),
     )
 
 

@@ -284,6 +284,29 @@ def _lag_line(task: Task, points: list[Point], scale: Scale) -> SafeString:
     )
 
 
+def _time_axis(task: Task, points: list[Point]) -> SafeString:
+    """Return the scheduled times of the first and the last run charted, under the axis at
+    its ends: the runs are evenly spaced, whatever time lies between them."""
+    y = TOP + PLOT_H + 16
+    first = format_html(
+        '<text class="posixcron-axis-label posixcron-axis-time" x="{}" y="{}" '
+        'text-anchor="start">{}</text>',
+        LEFT,
+        y,
+        display.in_zone(points[0].run.scheduled_for, task.timezone),
+    )
+    if len(points) == 1:
+        return first
+    return format_html(
+        '{}<text class="posixcron-axis-label posixcron-axis-time" x="{}" y="{}" '
+        'text-anchor="end">{}</text>',
+        first,
+        WIDTH - 8,
+        y,
+        display.in_zone(points[-1].run.scheduled_for, task.timezone),
+    )
+
+
 def chart(task: Task, points: list[Point]) -> SafeString:
     """Return an inline SVG of durations (bars) and fire lag (a dashed line of dots)."""
     if not points:
@@ -293,8 +316,14 @@ def chart(task: Task, points: list[Point]) -> SafeString:
     scale = Scale(top, len(points))
     description = gettext(
         "Durations of the last %(count)d runs as bars, fire lag (start minus scheduled time) "
-        "as a dashed line of dots; the axis goes from 0 to %(top)s."
-    ) % {"count": len(points), "top": top_label}
+        "as a dashed line of dots; the axis goes from 0 to %(top)s. The runs were scheduled "
+        "from %(first)s to %(last)s."
+    ) % {
+        "count": len(points),
+        "top": top_label,
+        "first": display.in_zone(points[0].run.scheduled_for, task.timezone),
+        "last": display.in_zone(points[-1].run.scheduled_for, task.timezone),
+    }
     return format_html(
         '<svg class="posixcron-chart" viewBox="0 0 {} {}" role="img" '
         'aria-labelledby="posixcron-chart-title" aria-describedby="posixcron-chart-desc">'
@@ -302,7 +331,7 @@ def chart(task: Task, points: list[Point]) -> SafeString:
         '<line class="posixcron-axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
         '<text class="posixcron-axis-label" x="{}" y="{}" text-anchor="end">{}</text>'
         '<text class="posixcron-axis-label" x="{}" y="{}" text-anchor="end">0</text>'
-        "{}{}</svg>"
+        "{}{}{}</svg>"
         '<p class="posixcron-legend"><span class="posixcron-legend-bar"></span> {} '
         '<span class="posixcron-legend-lag">- ● -</span> {} <span>✗</span> {}</p>',
         WIDTH,
@@ -320,6 +349,7 @@ def chart(task: Task, points: list[Point]) -> SafeString:
         TOP + PLOT_H,
         format_html_join("", "{}", ((bar,) for bar in _bars(task, points, scale))),
         _lag_line(task, points, scale),
+        _time_axis(task, points),
         gettext("duration"),
         gettext("fire lag"),
         gettext("failed, lost, interrupted or timed out"),

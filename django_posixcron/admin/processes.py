@@ -11,9 +11,11 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.admin.display import (
+    badge,
     clock,
     dash,
     in_zone,
@@ -35,11 +37,12 @@ else:
 
 @admin.register(SchedulerProcess)
 class SchedulerProcessAdmin(Guarded, ProcessAdminBase):
-    list_display = ("label", "version", "started", "last_heartbeat", "stopped")
+    list_display = ("label", "state", "version", "started", "last_heartbeat", "stopped")
     search_fields = ("hostname",)
     readonly_fields = (
         "hostname",
         "pid_display",
+        "state",
         "version",
         "started",
         "last_heartbeat",
@@ -57,6 +60,17 @@ class SchedulerProcessAdmin(Guarded, ProcessAdminBase):
     @admin.display(description=_("process"), ordering="hostname")
     def label(self, obj: SchedulerProcess) -> str:
         return obj.label
+
+    @admin.display(description=_("state"))
+    def state(self, obj: SchedulerProcess) -> SafeString:
+        """Live, stopped, or presumed dead: the rule the schedulers judge each other by (a
+        heartbeat older than the stale limit), which the task list's header counts too."""
+        if obj.stopped_at is not None:
+            return badge("retired", gettext("stopped"))
+        beat = obj.last_heartbeat_at
+        if beat is None or beat < row_clock(obj) - process_stale_after():
+            return badge("failure", gettext("presumed dead"))
+        return badge("active", gettext("live"))
 
     # Process ids and times as the rest of the app shows them: a pid is an identifier, not
     # a quantity to localise ("10.466"), and a heartbeat is read to the second, with its

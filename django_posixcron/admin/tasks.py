@@ -119,9 +119,8 @@ class TaskAdmin(Guarded, TaskStateActions):
     @admin.display(description=_("schedule"), ordering="schedule")
     def schedule_display(self, obj: Task) -> SafeString:
         return format_html(
-            '<code class="posixcron-schedule">{}</code>'
-            '<br><span class="posixcron-describe">{}</span>',
-            obj.schedule,
+            '{}<br><span class="posixcron-describe">{}</span>',
+            display.schedule_html(obj.schedule),
             display.describe_schedule(obj.schedule),
         )
 

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_posixcron.admin.display import in_zone
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.admin.conftest import client_for, make_run, make_task
 
@@ -157,6 +158,12 @@ def test_the_task_page_charts_durations_and_fire_lag(superuser):
     dots = elements(html, "posixcron-lag")
     assert len(dots) == 3
     assert re.search(r"started 3\.00 s late", dots[2][2])
+    # The runs are evenly spaced: the axis says when the first and the last were scheduled,
+    # in the task's zone.
+    charted = Run.objects.filter(task=task).exclude(status=RunStatus.SKIPPED).order_by("pk")
+    ends = [in_zone(run.scheduled_for, task.timezone) for run in (charted[0], charted[2])]
+    assert [text for _, _, text in elements(html, "posixcron-axis-time")] == ends
+    assert f"The runs were scheduled from {ends[0]} to {ends[1]}." in html
 
 
 def test_the_chart_takes_the_latest_started_runs_in_two_queries():

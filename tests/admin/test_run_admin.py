@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.db import connection
@@ -297,6 +298,25 @@ def test_run_list_query_count_does_not_grow_with_runs(superuser):
     assert len(many) == len(few)
 
 
+def test_process_list_says_which_processes_are_live_stopped_or_presumed_dead(superuser):
+    from django_posixcron.models import SchedulerProcess
+
+    now = timezone.now()
+    SchedulerProcess.objects.create(hostname="alive", pid=1, last_heartbeat_at=now)
+    SchedulerProcess.objects.create(hostname="done", pid=2, last_heartbeat_at=now, stopped_at=now)
+    # Silent for longer than the stale limit (30 s at least), and never stopped.
+    silent = now - dt.timedelta(minutes=4)
+    SchedulerProcess.objects.create(hostname="gone", pid=3, last_heartbeat_at=silent)
+    html = client_for(superuser).get(reverse("admin:django_posixcron_schedulerprocess_changelist"))
+    states = {
+        label: state
+        for label, state in re.findall(
+            r'>(\w+:\d)</a>.*?posixcron-badge [\w-]+">([\w ]+)</span>', html.content.decode(), re.S
+        )
+    }
+    assert states == {"alive:1": "live", "done:2": "stopped", "gone:3": "presumed dead"}
+
+
 def test_process_admin_is_read_only(superuser):
     from django_posixcron.models import SchedulerProcess
 
@@ -304,6 +324,7 @@ def test_process_admin_is_read_only(superuser):
     client = client_for(superuser)
     html = client.get(reverse("admin:django_posixcron_schedulerprocess_changelist")).content
     assert b"sched-a:7" in html
+    assert b'<span class="posixcron-badge posixcron-active">live</span>' in html
     url = reverse("admin:django_posixcron_schedulerprocess_change", args=[process.pk])
     assert client.get(url).status_code == 200
     assert client.post(url, {"hostname": "other"}).status_code == 403

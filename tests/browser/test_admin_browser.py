@@ -98,15 +98,57 @@ def test_each_schedule_stays_on_one_line_in_the_list(page: Any) -> None:
 
     _seed()
     make_task(name="berlin-half-hourly", schedule="0,30 * * * *", timezone="Europe/Berlin")
+    make_task(name="five", schedule=FIVE_MINUTES, timezone="UTC")
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto("/admin/django_posixcron/task/")
     schedules = page.locator("#result_list code.posixcron-schedule")
-    expect(schedules).to_have_count(5)
+    expect(schedules).to_have_count(6)
     # A line box per line: an expression wrapped between its fields reads as fewer fields.
     lines = schedules.evaluate_all(
-        "codes => codes.map(c => [c.textContent, c.getClientRects().length])"
+        "codes => codes.map(c => [c.textContent.replace(/\\u00a0/g, ' '), "
+        "c.getClientRects().length])"
     )
-    assert all(count == 1 for _text, count in lines), lines
+    assert all(count == 1 for text, count in lines if text != FIVE_MINUTES), lines
+    # The long list breaks after its commas only: its last element and the four other
+    # fields stay together on one line.
+    assert [count for text, count in lines if text == FIVE_MINUTES] != [1], lines
+    tail = page.locator("#result_list code.posixcron-schedule-long").evaluate(
+        "code => { const r = document.createRange(); r.selectNodeContents(code.lastChild);"
+        " return [code.lastChild.textContent.replace(/\\u00a0/g, ' '),"
+        " r.getClientRects().length]; }"
+    )
+    assert tail == ["55 * * * *", 1], tail
+
+
+@pytest.mark.parametrize(
+    ("scheme", "red"), [("light", "rgb(198, 40, 40)"), ("dark", "rgb(255, 138, 128)")]
+)
+def test_the_failing_count_is_red(page: Any, scheme: str, red: str) -> None:
+    # Django's a:link and a:visited colours are more specific than a class alone.
+    from playwright.sync_api import expect
+
+    _seed()
+    page.emulate_media(color_scheme=scheme)
+    page.goto("/admin/django_posixcron/task/")
+    failing = page.locator("#posixcron-failing")
+    expect(failing).to_contain_text("1 failing task")
+    assert failing.evaluate("a => getComputedStyle(a).color") == red
+    overdue = page.locator("#posixcron-overdue")  # none: the link's own colour
+    assert overdue.evaluate("a => getComputedStyle(a).color") != red
+
+
+def test_a_traceback_fits_a_phone(page: Any, artifacts: Path) -> None:
+    _report, failed = _seed()
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"/admin/django_posixcron/run/{failed.pk}/change/")
+    page.screenshot(path=str(artifacts / "failed-run-phone.png"), full_page=True)
+    # Within the row that clips it: what overflows the row is out of reach of the box's own
+    # scroll bar.
+    box, row = page.locator("pre.posixcron-traceback").evaluate(
+        "pre => [pre.getBoundingClientRect().right,"
+        " pre.closest('.form-row').getBoundingClientRect().right]"
+    )
+    assert box <= row + 1, (box, row)
 
 
 def test_failed_run_shows_its_traceback(page: Any, artifacts: Path) -> None:
@@ -159,6 +201,7 @@ def test_delete_all_runs_across_pages_keeps_the_running_one(page: Any, artifacts
 
 
 LONG_NAME = "a" * 90 + "-long-name"  # 100 characters: the longest name a task may have
+FIVE_MINUTES = "0,5,10,15,20,25,30,35,40,45,50,55 * * * *"
 
 
 @pytest.mark.parametrize("width", [1400, 1920])
@@ -185,6 +228,9 @@ def test_a_long_task_name_wraps_and_the_list_fits_the_window(
         "(pause_after_failures = 3).",
     )
     make_task(name="asked").request_run()
+    # Every five minutes, as POSIX cron spells it: on one line it widened the schedule
+    # column by half the window.
+    make_task(name="five", schedule=FIVE_MINUTES, timezone="UTC")
     page.set_viewport_size({"width": width, "height": 900})
     page.goto("/admin/django_posixcron/task/")
     page.screenshot(path=str(artifacts / f"task-list-long-name-{width}.png"), full_page=True)
