@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.text import smart_split, unescape_string_literal
+from django.utils.text import Truncator, smart_split, unescape_string_literal
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -45,6 +45,9 @@ else:
 RUN_COUNT_CAP = 10_000
 # A search matching more tasks than this filters the runs by a subquery of them.
 SEARCH_TASKS = 1000
+
+# How much of a run's error the list shows under its status.
+ERROR_ON_LIST = 100
 
 
 class CappedPaginator(PaginatorBase):
@@ -98,7 +101,7 @@ class RunAdmin(Guarded, RunAdminBase):
         "scheduled_for_display",
         "task_link",
         "trigger",
-        "status_display",
+        "status_and_error",
         "started_display",
         "duration_display",
         "where_display",
@@ -233,6 +236,21 @@ class RunAdmin(Guarded, RunAdminBase):
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:
         return status_badge(obj.status)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_and_error(self, obj: Run) -> SafeString:
+        """The status, and on the list why a run failed: the error's first line, shortened
+        (the whole of it on hover and on the run's page), so a list filtered to failures
+        says what went wrong without opening each run."""
+        if not obj.error:
+            return status_badge(obj.status)
+        first = obj.error.strip().splitlines()[0] if obj.error.strip() else ""
+        return format_html(
+            '{}<br><span class="posixcron-describe posixcron-run-error" title="{}">{}</span>',
+            status_badge(obj.status),
+            obj.error,
+            Truncator(first).chars(ERROR_ON_LIST),
+        )
 
     @admin.display(description=_("backend"))
     def backend_display(self, obj: Run) -> str:

@@ -42,6 +42,27 @@ def test_list_columns(superuser):
     assert "cron" in html
 
 
+def test_the_list_says_why_each_run_failed(superuser):
+    # Filtered to failures, the list says what went wrong without opening each run: the
+    # error's first line, shortened, escaped, the whole error on hover.
+    task = make_task(name="nightly-report")
+    make_run(task, status=RunStatus.FAILED, error="RuntimeError: SMTP said <550> & went away")
+    long = "ValueError: " + "x" * 300 + "\nsecond line"
+    make_run(task, status=RunStatus.FAILED, error=long, scheduled_for=timezone.now())
+    make_run(task, status=RunStatus.SUCCEEDED, scheduled_for=timezone.now())
+    html = client_for(superuser).get(LIST + "?status__exact=failed").content.decode()
+    errors = re.findall(
+        r'class="posixcron-describe posixcron-run-error" title="([^"]*)">([^<]*)<', html
+    )
+    assert len(errors) == 2
+    shown = {text: title for title, text in errors}
+    assert "RuntimeError: SMTP said &lt;550&gt; &amp; went away" in shown
+    (shortened,) = (text for text in shown if text.startswith("ValueError"))
+    assert len(shortened) == 100
+    assert shortened.endswith("…")
+    assert "second line" in shown[shortened]
+
+
 def test_the_list_says_where_a_handed_off_run_runs(superuser):
     task = make_task()
     make_run(task, process_label="sched-1:10", status=RunStatus.QUEUED, backend="default")
