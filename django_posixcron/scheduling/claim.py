@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connections, transaction
 from django.db.models import (
     BooleanField,
     Count,
@@ -162,6 +162,10 @@ class Claimer:
         self.refused: list[Outcome] = []
         # This claim's runs the unique constraint refused: their occurrences had fired already.
         self.conflicted: list[Run] = []
+        # The runs of a claim whose transaction ended in an error that may have come after
+        # its commit (the connection lost while the server committed): resolved by
+        # committed_runs() once the database answers again.
+        self.unsure: list[tuple[Run, TaskDeclaration]] = []
 
     def refresh_mismatches(self, now: dt.datetime) -> None:
         if self._recheck_at is None or now >= self._recheck_at:
@@ -204,6 +208,24 @@ class Claimer:
         judged and started at `now`.
         """
         self.conflicted = []
+        attempted: list[tuple[Run, TaskDeclaration]] = []
+        try:
+            return self._claim(now, limit, process, slotless, due_by, attempted)
+        except (OperationalError, InterfaceError):
+            # Connection errors: the server may have committed before the reply was lost.
+            # Anything else (a conflict, a constraint) was answered, and rolled back.
+            self.unsure = attempted
+            raise
+
+    def _claim(
+        self,
+        now: dt.datetime | None,
+        limit: int,
+        process: SchedulerProcess,
+        slotless: bool,
+        due_by: dt.datetime | None,
+        attempted: list[tuple[Run, TaskDeclaration]],
+    ) -> Claimed:
         with transaction.atomic(using=self.using):
             if due_by is not None:
                 assert now is not None, "due_by needs an instant to claim at"
@@ -236,6 +258,7 @@ class Claimer:
             for _, declaration, _, run in planned:
                 if run is not None and run.status == RunStatus.RUNNING and declaration.enqueue:
                     queue(run, declaration, now)
+            attempted.extend((run, d) for _, d, _, run in planned if run is not None)
             if connections[self.using].features.has_select_for_update_skip_locked:
                 runs = self.write_locked(planned)
             else:
@@ -248,6 +271,47 @@ class Claimer:
                 self.refused += self.enqueuer.in_claim(runs)
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
         return Claimed(started, [run for run, _ in runs if run.status == RunStatus.SKIPPED], now)
+
+    def committed_runs(self, process: SchedulerProcess) -> list[tuple[Run, TaskDeclaration]]:
+        """Return the runs of the last claim whose commit's reply was lost that the database
+        holds, `running` on this process: committed, their task code never started.
+
+        Without this, such a run stayed `running` for as long as its process lived (nobody
+        marks a live process's runs lost) and, with ``overlap: skip``, every later occurrence
+        of its task was skipped for it. They are started now, late: their occurrences fire
+        once. A committed skip is only logged; a committed run handed off waits for its
+        worker (its start_deadline applies). Raises while the database cannot answer, and
+        keeps them for the next try.
+        """
+        if not self.unsure:
+            return []
+        keys = Q()
+        for run, _ in self.unsure:
+            keys |= Q(task_id=run.task_id, trigger=run.trigger, scheduled_for=run.scheduled_for)
+        found = {
+            (row.task_id, row.trigger, row.scheduled_for): row
+            for row in Run.objects.using(self.using)
+            .filter(keys, process=process)
+            .only("pk", "task_id", "trigger", "scheduled_for", "status", "backend")
+        }
+        unsure, self.unsure = self.unsure, []
+        committed = []
+        for run, declaration in unsure:
+            row = found.get((run.task_id, run.trigger, run.scheduled_for))
+            if row is None:
+                continue
+            run.pk = row.pk
+            if row.status == RunStatus.RUNNING and not row.backend:
+                committed.append((run, declaration))
+        logger.warning(
+            "the connection was lost while a claim of %d run(s) committed; it had%s "
+            "committed: %d run(s) start now, late",
+            len(unsure),
+            "" if found else " not",
+            len(committed),
+            extra={"action": "claim_commit_lost"},
+        )
+        return committed
 
     def enqueue_after_commit(self, runs: list[tuple[Run, TaskDeclaration]]) -> list[Outcome]:
         """Enqueue the queued runs on the other backends; return every refused enqueue."""

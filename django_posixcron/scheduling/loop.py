@@ -611,6 +611,12 @@ class Scheduler:
             # Tasks deferred until now may be due: let the claim look at once.
             next_due = now
         result = TickResult(now=now, next_due_at=next_due)
+        if self.claimer.unsure:
+            # The last claim's commit lost its reply: what it committed starts now, or its
+            # runs would stay `running` for as long as this process lives.
+            for run, declaration in self.claimer.committed_runs(self.process):
+                self.runs.launch(run, declaration, now)
+                result.started.append(run)
         if judging and peeked.lost:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier

@@ -7,7 +7,7 @@ import logging
 import threading
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 
 from django_posixcron.models import Run, RunStatus, Task, Trigger
 from django_posixcron.reconcile import reconcile
@@ -261,3 +261,73 @@ def test_a_row_edited_by_hand_does_not_stop_the_batch(tasks, make_scheduler):
     for task in (edited, other):
         task.refresh_from_db()
         assert task.next_run_at == T0 + MINUTE, task.name
+
+
+@pytest.fixture
+def lose_the_commits_reply(request):
+    """Make the next commit on this thread's connection end as a connection lost mid-way:
+    after the server committed (`committed`), or before."""
+    wrapper = connections["default"]
+
+    def arm(*, committed: bool) -> None:
+        def commit() -> None:
+            del wrapper.commit  # the class's own again, for every later commit
+            if committed:
+                wrapper.commit()
+            else:
+                wrapper.rollback()
+            raise OperationalError("server closed the connection unexpectedly")
+
+        wrapper.commit = commit
+
+    yield arm
+    wrapper.__dict__.pop("commit", None)
+
+
+def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
+    tasks, make_scheduler, lose_the_commits_reply, caplog
+):
+    # The runs were committed `running` on this live process: nobody marks them lost, and
+    # with overlap "skip" every later occurrence was skipped for them.
+    task = tasks(next_run_at=T0, schedule="* * * * *")
+    scheduler = make_scheduler()
+    scheduler.start()
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+    assert list(Run.objects.values_list("status", flat=True)) == [RunStatus.RUNNING]
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        late = scheduler.tick(T0 + dt.timedelta(seconds=5))
+    assert scheduler.wait_idle(10)
+
+    assert [(run.task_id, run.scheduled_for) for run in late.started] == [(task.pk, T0)]
+    assert list(Run.objects.values_list("status", flat=True)) == [RunStatus.SUCCEEDED]
+    assert Hit.objects.count() == 1
+    assert [r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"] == [
+        "the connection was lost while a claim of 1 run(s) committed; it had committed: "
+        "1 run(s) start now, late"
+    ]
+    # The next occurrence runs, not skipped for a run that never started.
+    assert len(scheduler.tick(T0 + MINUTE).started) == 1
+    assert scheduler.wait_idle(10)
+    assert Hit.objects.count() == 2
+
+
+def test_a_claim_that_did_not_commit_before_its_reply_was_lost_claims_again(
+    tasks, make_scheduler, lose_the_commits_reply
+):
+    tasks(next_run_at=T0)
+    scheduler = make_scheduler()
+    scheduler.start()
+    lose_the_commits_reply(committed=False)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+    assert not Run.objects.exists()
+
+    again = scheduler.tick(T0 + dt.timedelta(seconds=5))
+    assert scheduler.wait_idle(10)
+
+    assert [run.scheduled_for for run in again.started] == [T0]
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
+    assert Hit.objects.count() == 1
