@@ -61,7 +61,22 @@ def lock_not_granted(exc: BaseException) -> bool:
     # Django re-raises the driver's error with its arguments, the driver's as its cause.
     if getattr(exc.__cause__, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
         return True
+    if _sqlite_code(exc) in _SQLITE_LOCKED:
+        # "database is locked": another connection held the file's write lock for longer
+        # than the connection's busy timeout (`timeout`, 5 s by default).
+        return True
     return bool(exc.args) and exc.args[0] == _MYSQL_LOCK_WAIT_TIMEOUT
+
+
+# SQLite's primary result codes: SQLITE_BUSY and SQLITE_LOCKED; SQLITE_READONLY.
+_SQLITE_LOCKED = frozenset({5, 6})
+_SQLITE_READONLY = 8
+
+
+def _sqlite_code(exc: BaseException) -> int | None:
+    """Return the primary result code of the sqlite3 error behind `exc`, if it is one."""
+    code = getattr(exc.__cause__, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
 
 
 # PostgreSQL's serialization_failure and deadlock_detected; MySQL's ER_LOCK_DEADLOCK.
@@ -86,6 +101,10 @@ def outage(exc: BaseException) -> bool:
     """Whether `exc` says the database is away or failing, so that the same work is worth
     trying again later, and not that it refused what was sent (which would fail forever)."""
     if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    if _sqlite_code(exc) == _SQLITE_READONLY:
+        # "attempt to write a readonly database": the file or its directory is not
+        # writable by this user. Waiting changes nothing at start-up.
         return False
     return not (exc.args and exc.args[0] in _MYSQL_VALUE_REFUSED)
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import logging
+import sqlite3
+import threading
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
-from tests.harness.processes import runscheduler_with
+from tests.harness.processes import only_on, runscheduler_with
 from tests.harness.world import hits
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,6 +42,36 @@ def status(*args: str) -> tuple[int, str]:
     except CommandError as error:
         return error.returncode, out.getvalue() + str(error)
     return 0, out.getvalue()
+
+
+def test_once_waits_out_a_write_lock_another_process_holds_on_sqlite(
+    posixcron, monkeypatch, caplog
+):
+    """A file busy for a few seconds (another process's long write, a backup) made --once
+    exit 1 at start-up, "The database is unavailable: database is locked", and the minute's
+    occurrences never fired: the next invocation comes a minute later."""
+    only_on("sqlite", why="SQLite's write lock on the whole file")
+    posixcron({"ok": every_minute("ok")}, POLL_INTERVAL=1)
+    # The busy timeout, 20 s for the suite, as a project might set it: 1 s.
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 1)
+    connection.close()
+    holder = sqlite3.connect(
+        connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False
+    )
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(4, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+            out = runscheduler("--once")
+    finally:
+        release.join()
+        holder.close()
+    assert "Ran 1 task(s)" in out
+    assert hits("ok") == 1
+    waits = [r for r in caplog.records if getattr(r, "action", "") == "db_lock_timeout"]
+    assert waits
+    assert "database is locked" in waits[0].getMessage()
 
 
 def test_once_fires_what_is_due_records_outcomes_and_exits_zero(posixcron):

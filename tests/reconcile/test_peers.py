@@ -235,6 +235,42 @@ def test_a_row_lock_not_granted_in_time_is_recognised(tasks):
     assert not lock_not_granted(ValueError("1205"))
 
 
+def test_sqlites_busy_file_is_a_lock_not_granted_and_a_read_only_one_a_refusal(tmp_path):
+    """SQLite's "database is locked" (another connection held the write lock past the busy
+    timeout) was logged as "database unavailable", an outage; "attempt to write a readonly
+    database" was waited out at start-up, forever, as one."""
+    import sqlite3
+
+    from django.db import OperationalError
+
+    from django_posixcron.db import conflict, lock_not_granted, outage
+
+    def as_django(error: sqlite3.Error) -> OperationalError:
+        wrapped = OperationalError(*error.args)  # as Django's DatabaseErrorWrapper raises it
+        wrapped.__cause__ = error
+        return wrapped
+
+    path = tmp_path / "busy.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    writer = sqlite3.connect(path, timeout=0)
+    with pytest.raises(sqlite3.OperationalError) as busy:
+        writer.execute("INSERT INTO t VALUES (1)")
+    holder.execute("ROLLBACK")
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.OperationalError) as read_only:
+        reader.execute("INSERT INTO t VALUES (1)")
+    for connection in (holder, writer, reader):
+        connection.close()
+
+    assert lock_not_granted(as_django(busy.value))
+    assert conflict(as_django(busy.value))
+    assert not lock_not_granted(as_django(read_only.value))
+    assert not outage(as_django(read_only.value))
+    assert outage(OperationalError("server closed the connection unexpectedly"))
+
+
 def test_a_deadlock_is_a_conflict_retried_at_once_not_an_outage(tasks, make_scheduler, caplog):
     """A deadlock (a serialization failure under SERIALIZABLE alike) was logged as "database
     unavailable" and put off judging other processes' runs lost for a stale limit and more,

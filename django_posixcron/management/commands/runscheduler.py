@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,9 @@ from django_posixcron.checks import judging_alias
 from django_posixcron.conf import get_settings
 from django_posixcron.db import (
     bound_idle_transactions,
+    conflict,
     database_now,
+    lock_not_granted,
     one_line,
     own_connection,
     with_connection_timeouts,
@@ -37,9 +40,15 @@ from django_posixcron.management.common import (
     positive_int,
     refused,
 )
+from django_posixcron.scheduling.rules import back_off
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
+
+# How long `--once` waits at start-up for a lock another process holds (SQLite's write lock
+# during another's long write, a row another transaction holds) before it gives up: well
+# inside the minute, so the invocation still fires the current minute's occurrences.
+ONCE_LOCK_PATIENCE = 30.0
 
 # The start-up summary lists this many tasks; schedulerstatus lists them all.
 SUMMARY_TASKS = 100
@@ -331,12 +340,43 @@ class Command(common.Command):
         self._summary(scheduler, ready)
         scheduler.run()
 
+    def _start_once(self, scheduler: Any, prepare: Callable[[], str]) -> str:
+        """Start up for --once, waiting out a lock another process holds (a conflict, not an
+        outage) for up to ONCE_LOCK_PATIENCE: exiting would skip this minute's occurrences,
+        which the next invocation, a minute later, no longer fires."""
+        give_up_at = time.monotonic() + ONCE_LOCK_PATIENCE
+        attempts = 0
+        while True:
+            try:
+                return scheduler.starting_up(prepare)  # type: ignore[no-any-return]
+            except DatabaseError as exc:
+                attempts += 1
+                left = give_up_at - time.monotonic()
+                if not conflict(exc) or left <= 0 or scheduler.stopping:
+                    raise
+                delay = min(back_off(attempts), left)
+                get_logger("django_posixcron.scheduler").warning(
+                    "a database lock was not granted in time at start-up (attempt %d), "
+                    "retrying in %.1f s: %s",
+                    attempts,
+                    delay,
+                    one_line(exc),
+                    extra={"action": "db_lock_timeout"},
+                )
+                connections[scheduler.using].close()
+                time.sleep(delay)
+
     def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
         """Tick once, wait for its runs, and say how it went (for system cron)."""
         # Driven from system cron: the next invocation is the retry, so say why and exit.
         try:
-            database = scheduler.starting_up(prepare)
+            database = self._start_once(scheduler, prepare)
         except DatabaseError as exc:
+            if lock_not_granted(exc):
+                raise CommandError(
+                    f"A database lock was not granted for {ONCE_LOCK_PATIENCE:.0f} s at "
+                    f"start-up (another process holds it): {one_line(exc)}"
+                ) from None
             raise CommandError(refused("is unavailable", exc, using=scheduler.using)) from None
         self._summary(scheduler, database)
         try:
