@@ -7,6 +7,7 @@ import datetime as dt
 import time
 from collections.abc import Callable
 
+from django.db import connections
 from django.db.models import Q
 
 from django_posixcron.log import get_logger
@@ -31,6 +32,11 @@ PRUNE_DUE_MARGIN = dt.timedelta(seconds=2)
 # requests, a fleet behind its schedules) would otherwise never prune, and its history, the
 # rows of dead processes and the marks of overdue episodes would grow without bound.
 PRUNE_DEFER_LIMIT = dt.timedelta(minutes=10)
+# On SQLite each DELETE holds the whole file's write lock, and a backlog's batches followed
+# each other closely enough that other writers (the admin pausing a task, a claim) waited
+# past their busy timeout and failed with "database is locked" (1 s: 10 writes in 85). The
+# pruner lets go this long between batches there; its tick budget counts the pauses.
+PRUNE_SQLITE_PAUSE = 0.2
 # Rows of stopped or dead processes are kept this long (and while runs in the history name
 # them): long enough to read in the admin what happened to a process that died last night.
 PROCESS_ROWS_KEPT = dt.timedelta(days=1)
@@ -71,7 +77,10 @@ class Pruner:
         total = 0
         more = False
         stop_at = time.monotonic() + PRUNE_TICK_BUDGET
-        for _ in range(PRUNE_MAX_BATCHES_PER_TICK):
+        pause = PRUNE_SQLITE_PAUSE if connections[self.using].vendor == "sqlite" else 0.0
+        for batch in range(PRUNE_MAX_BATCHES_PER_TICK):
+            if batch and pause:
+                time.sleep(pause)
             # By when the run finished, not when it was scheduled: a task resumed after a
             # long pause fires once for its oldest missed occurrence, and that run is new.
             # A running run has no finished_at and is never pruned.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
+import time
 from typing import Any
 from unittest import mock
 
@@ -14,6 +16,7 @@ from django.db.models import QuerySet
 from django_posixcron.models import DeclarationSet, Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.scheduler import Scheduler
 from django_posixcron.scheduling import maintenance
+from tests.harness.processes import only_on
 from tests.harness.tasks import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,6 +77,35 @@ def test_pruning_waits_while_a_task_falls_due_and_stays_within_its_budget(
     assert pruner.prune(T0, next_due=T0 + DAY) == 2
     assert pruner.prune(T0, next_due=None) == 2
     assert Run.objects.count() == 1
+
+
+def test_on_sqlite_pruning_lets_other_writers_in_between_its_batches(
+    tasks, make_scheduler, monkeypatch
+):
+    """Each DELETE holds SQLite's write lock on the whole file: batches back to back left
+    other writers (the admin, with a 1 s busy timeout) failing with "database is locked"."""
+    only_on("sqlite", why="the write lock of the whole file")
+    task = tasks("daily", schedule="0 10 * * *", next_run_at=T0 + DAY)
+    old_history(task, 6, T0 - 40 * DAY)
+    pruner = make_scheduler().pruner
+    pruner.history_days = 30
+    monkeypatch.setattr(maintenance, "PRUNE_BATCH", 2)
+    monkeypatch.setattr(maintenance, "PRUNE_TICK_BUDGET", 10.0)
+    ended: list[float] = []
+
+    def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if sql.lstrip().upper().startswith("DELETE"):
+                ended.append(time.monotonic())
+
+    # Between one batch's DELETE and the next, the write lock is free for the others.
+    with connection.execute_wrapper(timed):
+        assert pruner.prune(T0, next_due=None) == 6
+    assert len(ended) >= 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ended)]
+    assert min(gaps) >= 0.1, gaps  # a busy handler polls every 100 ms at most
 
 
 def test_pruning_waits_for_tasks_falling_due_ten_minutes_at_most(tasks, make_scheduler):
