@@ -132,6 +132,11 @@ class Runs:
         with self.lock:
             return len(self.outcomes)
 
+    def unrecorded_outcomes(self) -> list[Outcome]:
+        """Return the outcomes still waiting to be written."""
+        with self.lock:
+            return list(self.outcomes)
+
     def busy(self) -> bool:
         """Whether a run is in flight, an outcome queued or one being written, read at one
         moment: an outcome moves between the three under the lock."""

@@ -255,6 +255,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                     runs.unrecorded,
                     extra={"action": "shutdown_db_error"},
                 )
+                log_unrecorded(runs.unrecorded_outcomes())
             mark_stopped(scheduler.using, scheduler.process)
             break
         except (OperationalError, InterfaceError) as exc:
@@ -276,10 +277,10 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                     connections[scheduler.using].close()
                 time.sleep(delay)
                 continue
-            _unrecorded(exc, runs.unrecorded)
+            _unrecorded(exc, runs.unrecorded_outcomes())
             break
         except DatabaseError as exc:
-            _unrecorded(exc, runs.unrecorded)
+            _unrecorded(exc, runs.unrecorded_outcomes())
             break
     if scheduler.heartbeat is not None:
         scheduler.heartbeat.stop()
@@ -320,14 +321,37 @@ def receivers_time(grace_ends: float, most: float, now: float) -> float:
     return max(RECEIVERS_LEAST, min(most, grace_ends + RECEIVERS_PAST_GRACE - now))
 
 
-def _unrecorded(exc: BaseException, count: int) -> None:
+def _unrecorded(exc: BaseException, outcomes: list[Outcome]) -> None:
     logger.error(
         "could not record the shutdown (%s); %d outcome(s) unrecorded; other "
         "schedulers will mark the runs lost",
         one_line(exc),
-        count,
+        len(outcomes),
         extra={"action": "shutdown_db_error"},
     )
+    log_unrecorded(outcomes)
+
+
+def log_unrecorded(outcomes: list[Outcome]) -> None:
+    """Say, one line each, how the runs whose outcome could not be written really ended: the
+    history will say lost (other schedulers mark them so), and a run whose callable returned
+    is retried; the log keeps what happened."""
+    for o in outcomes:
+        logger.error(
+            "run %s of task %s ended %s at %s; its outcome could not be recorded, and the "
+            "run will be marked lost%s",
+            o.run.pk,
+            o.run.task.name,
+            o.status,
+            o.finished_at.isoformat(),
+            f" (error: {one_line(Exception(o.error))})" if o.error else "",
+            extra={
+                "action": "outcome_unrecorded",
+                "task": o.run.task.name,
+                "run_id": o.run.pk,
+                "status": o.status,
+            },
+        )
 
 
 def first_signal(scheduler: Scheduler, name: str) -> None:
@@ -450,6 +474,7 @@ def forced_exit(
     timer = threading.Timer(FORCED_EXIT_LIMIT, _exit_now, args=("the forced exit ran out of time",))
     timer.daemon = True
     timer.start()
+    outcomes: list[Outcome] = []
     try:
         own_connection(using)  # not one task code may hold all of, from the pool
         # What returned is taken (and the rest sealed) before the kill, so a killed child is
@@ -475,6 +500,8 @@ def forced_exit(
         )
     except BaseException:
         logger.exception("could not record the forced exit", extra={"action": "exit_error"})
+        with contextlib.suppress(BaseException):
+            log_unrecorded(outcomes)
     _exit_now("")
 
 

@@ -291,7 +291,13 @@ def test_shutdown_with_the_database_away_keeps_going_and_says_what_was_not_recor
     assert scheduler.unrecorded == 1
     assert "could not record the shutdown" in caplog.text
     assert "scheduler stopped" in caplog.text
-    assert Run.objects.get().status == RunStatus.RUNNING  # not written: the database was away
+    run = Run.objects.get()
+    assert run.status == RunStatus.RUNNING  # not written: the database was away
+    # The history will say lost, and the run is retried: the log keeps how it really ended.
+    (said,) = [r for r in caplog.records if getattr(r, "action", "") == "outcome_unrecorded"]
+    assert said.levelname == "ERROR"
+    assert said.getMessage().startswith(f"run {run.pk} of task t ended succeeded at ")
+    assert (said.run_id, said.status) == (run.pk, RunStatus.SUCCEEDED)
 
 
 def test_a_restored_task_forgets_a_run_requested_before_it_was_retired(posixcron):
