@@ -177,8 +177,11 @@ class Heartbeat(Periodic):
 
     def _failed(self, exc: DatabaseError) -> None:
         if self._stalled is not None and self._last_beat is not None:
-            # A lock not granted in time fails the others' beats as it fails ours.
-            self._stalled(time.monotonic() - self._last_beat, "the heartbeat")
+            # A lock not granted in time fails the others' beats as it fails ours. How long
+            # this beat waited: the time since the last one less the interval slept between
+            # them, as for a beat that succeeds. A beat refused at once (a server shutting
+            # down) waited nothing, and holds judging the others for nothing.
+            self._stalled(time.monotonic() - self._last_beat - self.every, "the heartbeat")
         if not self._failing:
             logger.error(
                 "heartbeat failed, retrying every %.0f s: %s",

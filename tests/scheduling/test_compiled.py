@@ -265,3 +265,29 @@ def test_the_heartbeat_says_when_it_beats_again_after_failing(
     assert actions.count("heartbeat_error") == 1
     assert actions.count("heartbeat_recovered") == 1
     assert actions.index("heartbeat_error") < actions.index("heartbeat_recovered")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_beat_refused_at_once_holds_judging_the_others_for_nothing() -> None:
+    # Counted from the last beat, a beat refused at once (a server shutting down) "waited"
+    # the interval slept before it: 10 s, and every such failure held judging the others.
+    import time
+
+    from django.db import OperationalError
+
+    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    waits: list[float] = []
+    heartbeat = Heartbeat(
+        "default",
+        process,
+        every=10,
+        running=list,
+        stalled=lambda waited, what: waits.append(waited),
+    )
+    heartbeat._last_beat = time.monotonic() - 10.0  # the last beat, an interval ago
+    heartbeat._failed(OperationalError("the database system is shutting down"))
+    heartbeat._last_beat = time.monotonic() - 40.0  # one that hung for 30 s, then failed
+    heartbeat._failed(OperationalError("server closed the connection unexpectedly"))
+
+    assert waits[0] == pytest.approx(0.0, abs=0.5)
+    assert waits[1] == pytest.approx(30.0, abs=0.5)
