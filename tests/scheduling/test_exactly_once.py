@@ -278,7 +278,7 @@ def lose_the_commits_reply(request):
                 wrapper.rollback()
             raise OperationalError("server closed the connection unexpectedly")
 
-        wrapper.commit = commit
+        wrapper.commit = commit  # type: ignore[method-assign]
 
     yield arm
     wrapper.__dict__.pop("commit", None)
