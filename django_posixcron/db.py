@@ -102,11 +102,14 @@ def outage(exc: BaseException) -> bool:
     trying again later, and not that it refused what was sent (which would fail forever)."""
     if not isinstance(exc, (OperationalError, InterfaceError)):
         return False
-    if _sqlite_code(exc) == _SQLITE_READONLY:
-        # "attempt to write a readonly database": the file or its directory is not
-        # writable by this user. Waiting changes nothing at start-up.
-        return False
     return not (exc.args and exc.args[0] in _MYSQL_VALUE_REFUSED)
+
+
+def read_only(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite's "attempt to write a readonly database": at start-up, a file
+    or directory this user cannot write, which waiting does not change. While running it may
+    be a moment (a file replaced, a filesystem remounted): an outage then, waited out."""
+    return _sqlite_code(exc) == _SQLITE_READONLY
 
 
 def one_line(exc: BaseException) -> str:

@@ -12,7 +12,14 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from django_posixcron import __version__
 from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval_fault
-from django_posixcron.db import app_alias, has_summer_time, mysql_stored_zone, one_line, outage
+from django_posixcron.db import (
+    app_alias,
+    has_summer_time,
+    mysql_stored_zone,
+    one_line,
+    outage,
+    read_only,
+)
 from django_posixcron.log import get_logger
 
 logger = get_logger("django_posixcron.scheduler")
@@ -42,7 +49,7 @@ def refused(
     would fail again (a role without the privileges, a file that is not an SQLite database).
     A database other than "default" is named: a project with two says which one."""
     database = "The database" if using == DEFAULT_DB_ALIAS else f"The database {using!r}"
-    if outage(exc):
+    if outage(exc) and not read_only(exc):
         return f"{database} {away}: {one_line(exc)}"
     return f"{database} refused {what}: {one_line(exc)}"
 

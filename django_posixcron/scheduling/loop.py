@@ -42,6 +42,7 @@ from django_posixcron.db import (
     one_line,
     outage,
     own_connection,
+    read_only,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.log import get_logger
@@ -886,7 +887,7 @@ class Scheduler:
                 try:
                     result = self.starting_up(prepare)
                 except (OperationalError, InterfaceError) as exc:
-                    if not outage(exc):
+                    if not outage(exc) or read_only(exc):
                         raise  # refused what was sent: waiting would not change the answer
                     self._wake.clear()
                     self._wake.wait(self._back_off(exc))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import OperationalError, connection
 
 from django_posixcron.models import Run, SchedulerProcess, Task
 from django_posixcron.scheduler import Scheduler
@@ -72,6 +72,35 @@ def test_once_waits_out_a_write_lock_another_process_holds_on_sqlite(
     waits = [r for r in caplog.records if getattr(r, "action", "") == "db_lock_timeout"]
     assert waits
     assert "database is locked" in waits[0].getMessage()
+
+
+def test_a_read_only_sqlite_file_is_refused_at_start_up(posixcron, monkeypatch):
+    """ "attempt to write a readonly database" (a file or directory this user cannot write)
+    was waited for forever as an outage, an ERROR every 10 s, the scheduler never started."""
+    only_on("sqlite", why="SQLite's read-only refusal")
+    posixcron({"ok": every_minute("ok")}, POLL_INTERVAL=1)
+    # Every connection opened from here on refuses writes, as one to a read-only file.
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "init_command", "PRAGMA query_only=1")
+    connection.close()
+    try:
+        with pytest.raises(CommandError, match="refused the start-up: attempt to write a readonly"):
+            runscheduler("--once")
+        # The long-running scheduler: refused too, not waited for.
+        scheduler = Scheduler(declarations={})
+
+        def prepare() -> None:
+            SchedulerProcess.objects.create(hostname="h", pid=1)
+
+        # Bounded: waited for as an outage, it would retry until stopped.
+        stop = threading.Timer(10, scheduler.request_stop)
+        stop.start()
+        try:
+            with pytest.raises(OperationalError, match="readonly"):
+                scheduler.until_reachable(prepare)
+        finally:
+            stop.cancel()
+    finally:
+        connection.close()
 
 
 def test_once_fires_what_is_due_records_outcomes_and_exits_zero(posixcron):

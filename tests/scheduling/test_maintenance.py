@@ -18,6 +18,7 @@ from django_posixcron.scheduler import Scheduler
 from django_posixcron.scheduling import maintenance
 from tests.harness.processes import only_on
 from tests.harness.tasks import T0
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -298,6 +299,29 @@ def test_shutdown_with_the_database_away_keeps_going_and_says_what_was_not_recor
     assert said.levelname == "ERROR"
     assert said.getMessage().startswith(f"run {run.pk} of task t ended succeeded at ")
     assert (said.run_id, said.status) == (run.pk, RunStatus.SUCCEEDED)
+
+
+def test_a_read_only_moment_on_sqlite_keeps_the_outcome_for_later(tasks, make_scheduler, caplog):
+    # A file replaced or a filesystem remounted read-only for a moment: the outcome is kept
+    # and written once the file can be written again, as through any outage, not dropped
+    # (its run left `running` on a live process for good).
+    only_on("sqlite", why="SQLite's read-only refusal")
+    tasks("t")
+    scheduler = make_scheduler()
+    assert len(scheduler.tick(T0).started) == 1
+    wait_until(lambda: scheduler.runs.unrecorded == 1, 10, "the outcome to be queued")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA query_only = 1")  # every write refused: SQLITE_READONLY
+    try:
+        with pytest.raises(OperationalError):
+            scheduler.runs.flush()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA query_only = 0")
+    assert scheduler.runs.unrecorded == 1
+    assert not [r for r in caplog.records if getattr(r, "action", "") == "outcome_dropped"]
+    scheduler.runs.flush()
+    assert Run.objects.get().status == RunStatus.SUCCEEDED
 
 
 def test_a_restored_task_forgets_a_run_requested_before_it_was_retired(posixcron):
