@@ -25,7 +25,7 @@ from django.db.models import (
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from django_posixcron.db import DatabaseNow, UnfinishedExists, has_clock
+from django_posixcron.db import DatabaseNow, UnfinishedExists, conflict, has_clock
 from django_posixcron.handoff.enqueue import Enqueuer, queue
 from django_posixcron.log import get_logger
 from django_posixcron.models import (
@@ -211,10 +211,12 @@ class Claimer:
         attempted: list[tuple[Run, TaskDeclaration]] = []
         try:
             return self._claim(now, limit, process, slotless, due_by, attempted)
-        except (OperationalError, InterfaceError):
+        except (OperationalError, InterfaceError) as exc:
             # Connection errors: the server may have committed before the reply was lost.
-            # Anything else (a conflict, a constraint) was answered, and rolled back.
-            self.unsure = attempted
+            # A conflict (a lock not granted in time, a deadlock) was answered, and rolled
+            # back, as was anything else (a constraint).
+            if not conflict(exc):
+                self.unsure = attempted
             raise
 
     def _claim(
@@ -272,41 +274,54 @@ class Claimer:
         started = [(run, d) for run, d in runs if run.status != RunStatus.SKIPPED]
         return Claimed(started, [run for run, _ in runs if run.status == RunStatus.SKIPPED], now)
 
-    def committed_runs(self, process: SchedulerProcess) -> list[tuple[Run, TaskDeclaration]]:
+    def committed_runs(
+        self, process: SchedulerProcess, now: dt.datetime
+    ) -> list[tuple[Run, TaskDeclaration]]:
         """Return the runs of the last claim whose commit's reply was lost that the database
-        holds, `running` on this process: committed, their task code never started.
+        holds as committed, to start now: local ones `running` on this process (their task
+        code never started), handed-off ones `queued` and not yet enqueued on a backend that
+        keeps its jobs elsewhere (the claim enqueues those after its commit).
 
         Without this, such a run stayed `running` for as long as its process lived (nobody
         marks a live process's runs lost) and, with ``overlap: skip``, every later occurrence
-        of its task was skipped for it. They are started now, late: their occurrences fire
-        once. A committed skip is only logged; a committed run handed off waits for its
-        worker (its start_deadline applies). Raises while the database cannot answer, and
-        keeps them for the next try.
+        of its task was skipped for it. They start now, late, once: their start time is
+        `now`, so their history, fire lag and retry say when they really ran (the caller
+        beats first, so that no peer takes this process for gone after a silence that long
+        while they start). Raises while the database cannot answer, and keeps them for the
+        next try.
         """
         if not self.unsure:
             return []
         keys = Q()
         for run, _ in self.unsure:
             keys |= Q(task_id=run.task_id, trigger=run.trigger, scheduled_for=run.scheduled_for)
-        found = {
-            (row.task_id, row.trigger, row.scheduled_for): row
-            for row in Run.objects.using(self.using)
-            .filter(keys, process=process)
-            .only("pk", "task_id", "trigger", "scheduled_for", "status", "backend")
-        }
-        unsure, self.unsure = self.unsure, []
-        committed = []
-        for run, declaration in unsure:
-            row = found.get((run.task_id, run.trigger, run.scheduled_for))
-            if row is None:
-                continue
-            run.pk = row.pk
-            if row.status == RunStatus.RUNNING and not row.backend:
-                committed.append((run, declaration))
+        with transaction.atomic(using=self.using):
+            rows = (
+                Run.objects.using(self.using)
+                .select_for_update()
+                .filter(keys, process=process)
+                .only("pk", "task_id", "trigger", "scheduled_for", "status", "backend", "result_id")
+            )
+            found = {(row.task_id, row.trigger, row.scheduled_for): row for row in rows}
+            committed, restarted = [], []
+            for run, declaration in self.unsure:
+                row = found.get((run.task_id, run.trigger, run.scheduled_for))
+                if row is None:
+                    continue
+                run.pk = row.pk
+                if row.status == RunStatus.RUNNING and not row.backend:
+                    run.started_at = now
+                    restarted.append(run.pk)
+                    committed.append((run, declaration))
+                elif row.status == RunStatus.QUEUED and not row.result_id:
+                    committed.append((run, declaration))
+            if restarted:
+                Run.objects.using(self.using).filter(pk__in=restarted).update(started_at=now)
+        attempted, self.unsure = len(self.unsure), []
         logger.warning(
             "the connection was lost while a claim of %d run(s) committed; it had%s "
             "committed: %d run(s) start now, late",
-            len(unsure),
+            attempted,
             "" if found else " not",
             len(committed),
             extra={"action": "claim_commit_lost"},

@@ -615,9 +615,11 @@ class Scheduler:
         if self.claimer.unsure:
             # The last claim's commit lost its reply: what it committed starts now, or its
             # runs would stay `running` for as long as this process lives.
-            for run, declaration in self.claimer.committed_runs(self.process):
-                self.runs.launch(run, declaration, now)
-                result.started.append(run)
+            # A beat first: after a silence that long, no peer takes this process for gone
+            # (and marks these runs lost) while they start.
+            self.heartbeat.beat(now if explicit else None)
+            committed = self.claimer.committed_runs(self.process, now)
+            self._start(committed, now, time.monotonic(), result)
         if judging and peeked.lost:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier
@@ -681,26 +683,7 @@ class Scheduler:
                 for run in result.skipped:
                     log_finished(run)
                     self.notifier.finished(run)
-                # The local runs first, before anything after the commit can fail or wait: a
-                # database that drops the connection, or a Tasks broker slow to answer, must not
-                # leave a committed `running` run unexecuted (its process alive, nobody would
-                # ever mark it lost) nor start it late.
-                for run, declaration in started:
-                    if run.backend:  # handed off (or refused by its backend, and recorded)
-                        result.queued.append(run)
-                    else:
-                        self.runs.launch(run, declaration, now, claim_sent)
-                        result.started.append(run)
-                with self.watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
-                    refused = self.claimer.enqueue_after_commit(started)
-                if refused:
-                    try:
-                        write_outcomes(refused, self.using, self.notifier)
-                    except Exception:
-                        # Kept, and written with the runs' outcomes once the database is back.
-                        for outcome in refused:
-                            self.runs.queue(outcome)
-                        raise
+                self._start(started, now, claim_sent, result)
         # Not when a task falls due within moments, nor after a claim (what it read is due);
         # but when what is due waits for a slot and nothing was claimed, since nothing can
         # start meanwhile: a saturated scheduler always has tasks due, and never pruned.
@@ -720,6 +703,35 @@ class Scheduler:
             timeouts = [left + (time.monotonic() - began) for left in timeouts]
         result.wake_in = min([wait, *timeouts])
         return result
+
+    def _start(
+        self,
+        started: list[tuple[Run, TaskDeclaration]],
+        now: dt.datetime,
+        claimed_monotonic: float,
+        result: TickResult,
+    ) -> None:
+        """Start the claimed local runs, then hand the others to their Tasks backends."""
+        # The local runs first, before anything after the commit can fail or wait: a
+        # database that drops the connection, or a Tasks broker slow to answer, must not
+        # leave a committed `running` run unexecuted (its process alive, nobody would ever
+        # mark it lost) nor start it late.
+        for run, declaration in started:
+            if run.backend:  # handed off (or refused by its backend, and recorded)
+                result.queued.append(run)
+            else:
+                self.runs.launch(run, declaration, now, claimed_monotonic)
+                result.started.append(run)
+        with self.watchdog.waiting_on("loop", "a Tasks backend's enqueue"):
+            refused = self.claimer.enqueue_after_commit(started)
+        if refused:
+            try:
+                write_outcomes(refused, self.using, self.notifier)
+            except Exception:
+                # Kept, and written with the runs' outcomes once the database is back.
+                for outcome in refused:
+                    self.runs.queue(outcome)
+                raise
 
     def _alerting(self) -> bool:
         """Whether this process may win alert episodes; give back those queued behind an

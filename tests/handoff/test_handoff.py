@@ -9,6 +9,7 @@ processes are in test_workers.py.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import signal
 import sys
@@ -770,6 +771,29 @@ def test_a_database_error_after_the_claim_commits_still_starts_its_local_runs(wo
     assert hits("local") == 1
     (run,) = Run.objects.filter(task__name="local")
     assert run.status == RunStatus.SUCCEEDED
+
+
+def test_a_handed_off_run_of_a_claim_whose_commit_lost_its_reply_is_enqueued_after_all(
+    world, lose_the_commits_reply, caplog
+):
+    """Committed `queued` while the scheduler saw a connection error: on a backend that keeps
+    its jobs elsewhere (RQ) the enqueue comes after the commit, so no job existed, and the run
+    waited for its start deadline to be marked lost and retried."""
+    world.settings({"export": handed_off("export", enqueue={"backend": "rq"})})
+    scheduler = world.start(T0 - MINUTE)
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+    assert only_run("export").result_id == ""
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        result = world.tick(T0 + dt.timedelta(seconds=5))
+
+    assert [r.task.name for r in result.queued] == ["export"]
+    run = only_run("export")
+    assert (run.status, run.scheduled_for) == (RunStatus.QUEUED, T0)
+    assert run.result_id
+    assert [r.action for r in caplog.records if getattr(r, "action", "") == "claim_commit_lost"]
 
 
 def test_a_slow_enqueue_after_the_commit_does_not_hold_back_the_local_runs(world, monkeypatch):

@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.db import OperationalError, connections
 
 from django_posixcron.cron import CronExpression
 from django_posixcron.declarations import TaskDeclaration
 from django_posixcron.models import Run, RunStatus, Task
 from django_posixcron.scheduler import Scheduler
+from django_posixcron.scheduling.claim import Claimer
 from django_posixcron.timing import first_cursor
 from tests.factories import SchedulerProcessFactory
 from tests.testapp import jobs
@@ -125,3 +127,36 @@ def running_on_a_dead_process(task: Task, started: dt.datetime) -> Run:
         process=dead,
         occurrence=started,
     )
+
+
+@pytest.fixture
+def lose_the_commits_reply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[..., None]]:
+    """Return a function that makes the next claim's commit (on this thread's connection)
+    end as a connection lost mid-way: after the server committed (`committed`), or before;
+    `error` is what the scheduler then sees."""
+    wrapper = connections["default"]
+    claiming = Claimer._claim
+
+    def arm(*, committed: bool, error: OperationalError | None = None) -> None:
+        def claim(self: Claimer, *args: Any) -> Any:
+            monkeypatch.setattr(Claimer, "_claim", claiming)  # this claim only
+            wrapper.commit = commit  # type: ignore[method-assign]
+            try:
+                return claiming(self, *args)
+            finally:
+                wrapper.__dict__.pop("commit", None)
+
+        def commit() -> None:
+            del wrapper.commit  # the class's own again, for every later commit
+            if committed:
+                wrapper.commit()
+            else:
+                wrapper.rollback()
+            raise error or OperationalError("server closed the connection unexpectedly")
+
+        monkeypatch.setattr(Claimer, "_claim", claim)
+
+    yield arm
+    wrapper.__dict__.pop("commit", None)

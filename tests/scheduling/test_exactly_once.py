@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from django_posixcron.models import Run, RunStatus, Task, Trigger
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, Trigger
 from django_posixcron.reconcile import reconcile
 from django_posixcron.scheduler import Scheduler
 from tests.harness.locks import task_row_held
@@ -263,27 +263,6 @@ def test_a_row_edited_by_hand_does_not_stop_the_batch(tasks, make_scheduler):
         assert task.next_run_at == T0 + MINUTE, task.name
 
 
-@pytest.fixture
-def lose_the_commits_reply(request):
-    """Make the next commit on this thread's connection end as a connection lost mid-way:
-    after the server committed (`committed`), or before."""
-    wrapper = connections["default"]
-
-    def arm(*, committed: bool) -> None:
-        def commit() -> None:
-            del wrapper.commit  # the class's own again, for every later commit
-            if committed:
-                wrapper.commit()
-            else:
-                wrapper.rollback()
-            raise OperationalError("server closed the connection unexpectedly")
-
-        wrapper.commit = commit  # type: ignore[method-assign]
-
-    yield arm
-    wrapper.__dict__.pop("commit", None)
-
-
 def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
     tasks, make_scheduler, lose_the_commits_reply, caplog
 ):
@@ -303,6 +282,11 @@ def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
 
     assert [(run.task_id, run.scheduled_for) for run in late.started] == [(task.pk, T0)]
     assert list(Run.objects.values_list("status", flat=True)) == [RunStatus.SUCCEEDED]
+    # Its history says when it really started: fire lag and retry count from then.
+    assert Run.objects.get().started_at == T0 + dt.timedelta(seconds=5)
+    # And this process beat as it started it: no peer takes it for gone meanwhile.
+    beat = SchedulerProcess.objects.get(pk=scheduler.process.pk).last_heartbeat_at
+    assert beat >= T0 + dt.timedelta(seconds=5)
     assert Hit.objects.count() == 1
     assert [r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"] == [
         "the connection was lost while a claim of 1 run(s) committed; it had committed: "
@@ -331,3 +315,25 @@ def test_a_claim_that_did_not_commit_before_its_reply_was_lost_claims_again(
     assert [run.scheduled_for for run in again.started] == [T0]
     assert Run.objects.get().status == RunStatus.SUCCEEDED
     assert Hit.objects.count() == 1
+
+
+def test_a_claim_turned_away_for_a_lock_is_not_taken_for_a_lost_commit(
+    tasks, make_scheduler, lose_the_commits_reply, caplog
+):
+    # The database answered (a lock not granted in time, a deadlock) and rolled back: no
+    # look-up at the next tick, no "connection lost while a claim committed" warning.
+    from django_posixcron.db import LockNotGranted
+
+    tasks(next_run_at=T0)
+    scheduler = make_scheduler()
+    scheduler.start()
+    lose_the_commits_reply(committed=False, error=LockNotGranted("lock timeout"))
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+    assert scheduler.claimer.unsure == []
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        again = scheduler.tick(T0 + dt.timedelta(seconds=5))
+    assert scheduler.wait_idle(10)
+    assert [run.scheduled_for for run in again.started] == [T0]
+    assert not [r for r in caplog.records if getattr(r, "action", "") == "claim_commit_lost"]
