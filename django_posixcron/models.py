@@ -156,8 +156,12 @@ class TaskQuerySet(models.QuerySet["Task"]):
     # pause from the admin is never lost", nor an outcome written while the admin pauses.
 
     def pause(self, now: dt.datetime | None = None) -> int:
-        """Pause the tasks that are not paused yet; return how many were."""
-        return self.filter(paused=False).update(paused=True, updated_at=self._instant(now))
+        """Pause the tasks that are not paused yet, and take over the scheduler's own pauses
+        (pause_after_failures): the pause is the operator's from then on, its automatic
+        reason gone, and no late outcome lifts it. Return how many changed."""
+        return self.filter(Q(paused=False) | ~Q(paused_reason="")).update(
+            paused=True, paused_reason="", updated_at=self._instant(now)
+        )
 
     def resume(self, now: dt.datetime | None = None) -> int:
         """Resume the paused tasks; return how many were paused.
@@ -465,11 +469,13 @@ class Task(models.Model):
         return due_at(self.next_run_at, self.retry_at, self.run_requested_at)
 
     def pause(self, now: dt.datetime | None = None) -> bool:
-        """Pause the task; the write touches only `paused`. False if it already was."""
+        """Pause the task, or take over the scheduler's own pause of it; the write touches
+        only `paused` and why it was paused. False if an operator's pause already held it."""
         changed = bool(self._row().pause(now))
         self.paused = True
-        # Written: a save() that sets it back must see a change to write.
-        self._snapshot(["paused"])
+        self.paused_reason = ""
+        # Written: a save() that sets them back must see a change to write.
+        self._snapshot(["paused", "paused_reason"])
         return changed
 
     def resume(self, now: dt.datetime | None = None) -> bool:

@@ -209,7 +209,10 @@ class TaskStateActions(TaskAdminBase):
         """Pause or resume the selected declared tasks; say what changed and what did not."""
         selected = list(queryset.filter(declared=True))
         now = database_now(queryset.db)
-        targets = [task for task in selected if task.paused != paused]
+        # Pausing takes over a pause the scheduler made (pause_after_failures) too.
+        targets = [
+            task for task in selected if task.paused != paused or (paused and task.paused_reason)
+        ]
         if paused:
             done_to = _changed(queryset, targets, lambda rows: rows.pause(now))
             changed, unchanged = len(done_to), len(selected) - len(done_to)
@@ -256,7 +259,9 @@ class TaskStateActions(TaskAdminBase):
             )
         self._history(request, done_to, gettext("Requested a run."))
         live = self._scheduler_live() if selected else True
-        if requested and live:
+        # "At its next tick" only where a scheduler is live and some requested task is not
+        # paused (the warnings below say when the others start).
+        if requested and live and any(not t.paused for t in done_to):
             self.message_user(
                 request,
                 ngettext(
@@ -268,7 +273,8 @@ class TaskStateActions(TaskAdminBase):
                 messages.SUCCESS,
             )
         elif requested:
-            # The warning that no scheduler is running says when they start.
+            # The warning that no scheduler is running, or that they are paused, says when
+            # they start.
             self.message_user(
                 request,
                 ngettext(

@@ -46,8 +46,9 @@ RUN_COUNT_CAP = 10_000
 # A search matching more tasks than this filters the runs by a subquery of them.
 SEARCH_TASKS = 1000
 
-# How much of a run's error the list shows under its status.
+# How much of a run's error the list shows under its status, and in the hover over it.
 ERROR_ON_LIST = 100
+ERROR_TITLE_ON_LIST = 2000
 
 
 class CappedPaginator(PaginatorBase):
@@ -248,7 +249,8 @@ class RunAdmin(Guarded, RunAdminBase):
         return format_html(
             '{}<br><span class="posixcron-describe posixcron-run-error" title="{}">{}</span>',
             status_badge(obj.status),
-            obj.error,
+            # Up to 64 KB each: a page of 100 failures would weigh megabytes.
+            Truncator(obj.error).chars(ERROR_TITLE_ON_LIST),
             Truncator(first).chars(ERROR_ON_LIST),
         )
 

@@ -18,6 +18,7 @@ from django.utils import timezone as dj_timezone
 
 from django_posixcron import signals
 from django_posixcron.conf import get_settings
+from django_posixcron.db import DatabaseNow, has_clock
 from django_posixcron.log import get_logger
 from django_posixcron.models import FAILURE_STATUSES, Run, RunStatus, Task, due_at
 from django_posixcron.scheduling import rules
@@ -309,6 +310,15 @@ def describe_signal(sig: Any, kwargs: dict[str, Any]) -> str:
     return f"{name}(task={about}{f', run={run.pk}' if run is not None else ''})"
 
 
+def error_summary(error: str) -> str:
+    """Return the first line of a run's error for a log line, cut at LOG_ERROR_LIMIT: the
+    whole text is on the run, and a log line of 64 KB helps no one reading the log."""
+    first_line = error.splitlines()[0] if error else ""
+    if len(first_line) > LOG_ERROR_LIMIT:
+        first_line = first_line[:LOG_ERROR_LIMIT] + "..."
+    return first_line
+
+
 def log_finished(run: Run) -> None:
     level = logging.WARNING if run.status in FAILURE_STATUSES else logging.INFO
     if not logger.isEnabledFor(level):
@@ -316,10 +326,7 @@ def log_finished(run: Run) -> None:
         return
     # A lost run has no duration (nobody saw it end): "-", as the admin shows it.
     duration = f"{run.duration.total_seconds():.3f}s" if run.duration is not None else "-"
-    first_line = run.error.splitlines()[0] if run.error else ""
-    if len(first_line) > LOG_ERROR_LIMIT:
-        # The whole text is on the run; a log line of 64 KB helps no one reading the log.
-        first_line = first_line[:LOG_ERROR_LIMIT] + "..."
+    first_line = error_summary(run.error)
     logger.log(
         level,
         "run finished task=%s trigger=%s status=%s duration=%s run=%s%s",
@@ -648,7 +655,7 @@ def _lift_pause(task: Task, using: str) -> bool:
         Task.objects.using(using)
         .filter(pk=task.pk, paused=True)
         .exclude(paused_reason="")
-        .update(paused=False, paused_reason="", updated_at=dj_timezone.now())
+        .update(paused=False, paused_reason="", updated_at=_stamp(using))
     )
     if lifted:
         task._scheduler_wrote({"paused_reason": ""})
@@ -694,7 +701,7 @@ def _pause(task: Task, failures: int, pause_after: int | None, using: str) -> st
     runs = "1 failed run" if failures == 1 else f"{failures} failed runs in a row"
     reason = f"Paused automatically after {runs} (pause_after_failures = {pause_after})."
     Task.objects.using(using).filter(pk=task.pk).update(
-        paused=True, paused_reason=reason, updated_at=dj_timezone.now()
+        paused=True, paused_reason=reason, updated_at=_stamp(using)
     )
     logger.warning(
         "task %s paused after %s",
@@ -703,3 +710,10 @@ def _pause(task: Task, failures: int, pause_after: int | None, using: str) -> st
         extra={"action": "auto_paused", "task": task.name},
     )
     return reason
+
+
+def _stamp(using: str) -> Any:
+    """The instant a pause or its lift is stamped with: the database's clock where it has
+    one, as an operator's pause and resume are, so that a task resumed is not overdue before
+    it had POLL_INTERVAL by the clock overdue is judged by."""
+    return DatabaseNow() if has_clock(using) else dj_timezone.now()

@@ -27,7 +27,7 @@ from django_posixcron.db import one_line, own_connection
 from django_posixcron.log import get_logger
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
-from django_posixcron.scheduling.outcomes import Outcome, write_outcomes
+from django_posixcron.scheduling.outcomes import Outcome, error_summary, write_outcomes
 
 if TYPE_CHECKING:
     from django_posixcron.scheduling.loop import Scheduler
@@ -344,7 +344,7 @@ def log_unrecorded(outcomes: list[Outcome]) -> None:
             o.run.task.name,
             o.status,
             o.finished_at.isoformat(),
-            f" (error: {one_line(Exception(o.error))})" if o.error else "",
+            f" (error: {error_summary(o.error)})" if o.error else "",
             extra={
                 "action": "outcome_unrecorded",
                 "task": o.run.task.name,

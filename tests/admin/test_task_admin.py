@@ -462,6 +462,24 @@ def test_run_now_warns_when_no_scheduler_is_live(operator):
     assert NO_SCHEDULER not in _act(client, "run_selected", action).content.decode()
 
 
+def test_run_selected_on_paused_tasks_does_not_promise_the_next_tick(operator):
+    SchedulerProcess.objects.create(hostname="alive", pid=3, last_heartbeat_at=timezone.now())
+    held, kept = make_task(name="held", paused=True), make_task(name="kept", paused=True)
+    text = _act(client_for(operator), "run_selected", held, kept).content.decode()
+    assert "Requested a run of 2 tasks." in text
+    assert "2 of them are paused: their runs start once they are resumed." in text
+    assert "next tick" not in text
+
+
+def test_pausing_a_task_the_scheduler_paused_makes_the_pause_the_operators(operator):
+    reason = "Paused automatically after 3 failed runs in a row (pause_after_failures = 3)."
+    task = make_task(name="auto", paused=True, paused_reason=reason)
+    text = _act(client_for(operator), "pause_selected", task).content.decode()
+    assert "Paused 1 task." in text
+    task.refresh_from_db()
+    assert (task.paused, task.paused_reason) == (True, "")
+
+
 def test_run_now_again_on_a_paused_task_says_it_starts_once_resumed(operator):
     task = make_task(name="held", paused=True)
     client = client_for(operator)

@@ -790,13 +790,17 @@ def test_a_lost_runs_late_success_lifts_the_pause_its_verdict_made(
     assert "held" in lifted[0].getMessage()
 
 
+@pytest.mark.parametrize("resumed_first", [True, False])
 def test_a_lost_runs_late_success_leaves_a_pause_an_operator_made(
-    tasks, make_scheduler, gate, settings
+    tasks, make_scheduler, gate, settings, resumed_first
 ):
     def paused_again(task: Task) -> None:
-        # The operator resumed the task and paused it again: a pause of theirs stands.
-        assert task.resume(T0 + 3 * MINUTE)
-        assert task.pause(T0 + 3 * MINUTE)
+        # The operator paused the task (resumed first, or over the automatic pause, which
+        # becomes theirs): a pause of theirs stands.
+        if resumed_first:
+            assert task.resume(T0 + 3 * MINUTE)
+        assert Task.objects.filter(pk=task.pk).pause(T0 + 3 * MINUTE) == 1
+        assert Task.objects.get(pk=task.pk).paused_reason == ""
 
     task = _lost_then_succeeded(tasks, make_scheduler, gate, settings, paused_again)
 
