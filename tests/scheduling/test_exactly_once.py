@@ -103,6 +103,26 @@ def test_an_occurrence_already_recorded_leaves_the_retry_of_its_failure(tasks, m
     ]
 
 
+@pytest.mark.parametrize("trigger", [Trigger.RETRY, Trigger.MANUAL])
+def test_a_retry_or_request_already_recorded_stays_consumed(tasks, make_scheduler, trigger):
+    # The refused run stood for that retry or request: given back, the task would be claimed
+    # and refused again at every tick.
+    at = T0 + 5 * MINUTE
+    if trigger == Trigger.RETRY:
+        pending = {"retry_at": at, "retry_occurrence": T0, "retry_attempt": 1}
+    else:
+        pending = {"run_requested_at": at}
+    task = tasks(next_run_at=T0 + HOUR, **pending)
+    Run.objects.create(task=task, trigger=trigger, status=RunStatus.FAILED, scheduled_for=at)
+    scheduler = make_scheduler()
+
+    assert scheduler.tick(at + MINUTE).claimed == []
+
+    task.refresh_from_db()
+    assert (task.retry_at, task.run_requested_at, task.due_at) == (None, None, T0 + HOUR)
+    assert scheduler.tick(at + 2 * MINUTE).claimed == []
+
+
 def test_a_deploy_in_the_minute_its_task_failed_keeps_the_retry(posixcron, make_scheduler):
     """A changed zone sets the cursor back to the current minute, which already fired."""
     posixcron({"z": {"schedule": "0 * * * *", "callable": "tests.testapp.jobs.fail"}})
