@@ -319,7 +319,7 @@ class Claimer:
                 Run.objects.using(self.using).filter(pk__in=restarted).update(started_at=now)
         attempted, self.unsure = len(self.unsure), []
         logger.warning(
-            "the connection was lost while a claim of %d run(s) committed; it had%s "
+            "the connection was lost while a claim of %d run(s) was committing; it had%s "
             "committed: %d run(s) start now, late",
             attempted,
             "" if found else " not",

@@ -781,9 +781,21 @@ class Scheduler:
                 with self.watchdog.watching("loop"):
                     wake_in = self._safe_tick(recycle=slept >= self.heartbeat_every)
                 wake_in -= time.monotonic() - started
-                if not self.stopping and wake_in > 0:
-                    self._wake.wait(wake_in)
+                self._sleep(wake_in)
                 slept = time.monotonic() - started
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep until the next tick: `seconds`, or less when woken (a run ended, a stop).
+
+        Through an outage the back-off is slept whole, woken only to stop: a run ending
+        cannot make the database answer, and every run that ended meanwhile cut the back-off
+        short (ten attempts in three seconds, each saying "retrying in 10.0 s")."""
+        until = time.monotonic() + seconds
+        while not self.stopping and (left := until - time.monotonic()) > 0:
+            self._wake.wait(left)
+            if not self.outage.failures:
+                return
+            self._wake.clear()
 
     def run_once(self) -> TickResult:
         """Fire what is due now, wait for the runs, record their outcomes, stop.

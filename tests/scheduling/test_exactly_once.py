@@ -309,7 +309,7 @@ def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
     assert beat >= T0 + dt.timedelta(seconds=5)
     assert Hit.objects.count() == 1
     assert [r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"] == [
-        "the connection was lost while a claim of 1 run(s) committed; it had committed: "
+        "the connection was lost while a claim of 1 run(s) was committing; it had committed: "
         "1 run(s) start now, late"
     ]
     # The next occurrence runs, not skipped for a run that never started.

@@ -194,6 +194,32 @@ def test_a_database_error_over_several_lines_is_logged_on_one(make_scheduler, ca
     )
 
 
+def test_a_run_ending_cuts_the_sleep_short_but_not_a_back_off(make_scheduler):
+    # Through an outage every run that ended woke the loop for another attempt: ten in three
+    # seconds, each saying "retrying in 10.0 s".
+    scheduler = make_scheduler()
+    stop = threading.Event()
+
+    def runs_ending() -> None:
+        while not stop.wait(0.02):
+            scheduler._wake.set()
+
+    waker = threading.Thread(target=runs_ending)
+    waker.start()
+    try:
+        scheduler.outage.failures = 1  # backing off
+        began = time.monotonic()
+        scheduler._sleep(0.5)
+        assert time.monotonic() - began >= 0.5
+        scheduler.outage.failures = 0  # healthy: a run that ended is worth a tick at once
+        began = time.monotonic()
+        scheduler._sleep(30)
+        assert time.monotonic() - began < 10
+    finally:
+        stop.set()
+        waker.join()
+
+
 def test_back_off_is_capped(make_scheduler):
     scheduler = make_scheduler()
     delays = [scheduler._back_off(RuntimeError("down"), log=False) for _ in range(10)]
