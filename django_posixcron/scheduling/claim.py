@@ -280,7 +280,8 @@ class Claimer:
         """Return the runs of the last claim whose commit's reply was lost that the database
         holds as committed, to start now: local ones `running` on this process (their task
         code never started), handed-off ones `queued` and not yet enqueued on a backend that
-        keeps its jobs elsewhere (the claim enqueues those after its commit).
+        keeps its jobs elsewhere (the claim enqueues those after its commit); and the skips
+        it recorded, which the claim logs and signals after its commit.
 
         Without this, such a run stayed `running` for as long as its process lived (nobody
         marks a live process's runs lost) and, with ``overlap: skip``, every later occurrence
@@ -315,6 +316,8 @@ class Claimer:
                     committed.append((run, declaration))
                 elif row.status == RunStatus.QUEUED and not row.result_id:
                     committed.append((run, declaration))
+                elif row.status == RunStatus.SKIPPED and run.status == RunStatus.SKIPPED:
+                    committed.append((run, declaration))  # to be logged and signalled
             if restarted:
                 Run.objects.using(self.using).filter(pk__in=restarted).update(started_at=now)
         attempted, self.unsure = len(self.unsure), []

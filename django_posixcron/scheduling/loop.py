@@ -46,7 +46,7 @@ from django_posixcron.db import (
 )
 from django_posixcron.executors import Executor, ThreadExecutor
 from django_posixcron.log import get_logger
-from django_posixcron.models import Run, SchedulerProcess, Task, earliest
+from django_posixcron.models import Run, RunStatus, SchedulerProcess, Task, earliest
 from django_posixcron.scheduling import alerts, liveness, rules, shutdown
 from django_posixcron.scheduling.claim import Claimer, Peek, peek
 from django_posixcron.scheduling.compiled import QueryCache
@@ -619,7 +619,13 @@ class Scheduler:
             # (and marks these runs lost) while they start.
             self.heartbeat.beat(now if explicit else None)
             committed = self.claimer.committed_runs(self.process, now)
-            self._start(committed, now, time.monotonic(), result)
+            for run, _ in committed:
+                if run.status == RunStatus.SKIPPED:
+                    log_finished(run)
+                    self.notifier.finished(run)
+                    result.skipped.append(run)
+            started = [(r, d) for r, d in committed if r.status != RunStatus.SKIPPED]
+            self._start(started, now, time.monotonic(), result)
         if judging and peeked.lost:
             result.lost = liveness.mark_lost(
                 self.using, self.process, now, self.stale_after, self.notifier

@@ -357,3 +357,34 @@ def test_a_claim_turned_away_for_a_lock_is_not_taken_for_a_lost_commit(
     assert scheduler.wait_idle(10)
     assert [run.scheduled_for for run in again.started] == [T0]
     assert not [r for r in caplog.records if getattr(r, "action", "") == "claim_commit_lost"]
+
+
+def test_a_skip_of_a_claim_whose_commit_lost_its_reply_is_logged_and_signalled(
+    tasks, make_scheduler, lose_the_commits_reply, caplog
+):
+    # The occurrence skipped for a run still going (overlap "skip") was committed, and never
+    # said: no "run finished ... skipped" line, no run_finished.
+    task = tasks(next_run_at=T0, overlap="skip")
+    scheduler = make_scheduler()
+    scheduler.start()
+    Run.objects.create(
+        task=task,
+        trigger=Trigger.MANUAL,
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - MINUTE,
+        started_at=T0 - MINUTE,
+        process=scheduler.process,
+    )
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+
+    with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler"):
+        result = scheduler.tick(T0 + dt.timedelta(seconds=5))
+
+    assert [(run.trigger, run.status) for run in result.skipped] == [
+        (Trigger.CRON, RunStatus.SKIPPED)
+    ]
+    assert result.started == []
+    finished = [r.getMessage() for r in caplog.records if "status=skipped" in r.getMessage()]
+    assert len(finished) == 1
