@@ -588,7 +588,7 @@ class Claimer:
         A run answers every reason its task was due for (rules.after_claim): it consumes a
         pending retry and a request, and it is the task's last start. A run the unique
         constraint refused answered nothing: its task keeps the retry of its last failure and
-        the request an operator made, which fire at the next tick, and does not read as
+        the request an operator made, which fire at their own instants, and does not read as
         running. Only the reason the refused run stood for (its occurrence, that retry, that
         request) stays consumed, and the cursor stays moved on. Rare (a conflict): one
         statement per run.
