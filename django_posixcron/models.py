@@ -728,6 +728,11 @@ class SchedulerProcess(models.Model):
     def label(self) -> str:
         return f"{self.hostname}:{self.pid}"
 
+    def is_live(self, now: dt.datetime, stale_after: dt.timedelta) -> bool:
+        """Whether this row counts as a live process at `now`: the rule of live()."""
+        beat = self.last_heartbeat_at
+        return self.stopped_at is None and beat is not None and beat >= now - stale_after
+
 
 class DeclarationSet(models.Model):
     """The definition hash of every task one settings module declares, stored once.

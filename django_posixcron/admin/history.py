@@ -284,27 +284,16 @@ def _lag_line(task: Task, points: list[Point], scale: Scale) -> SafeString:
     )
 
 
-def _time_axis(task: Task, points: list[Point]) -> SafeString:
-    """Return the scheduled times of the first and the last run charted, under the axis at
-    its ends: the runs are evenly spaced, whatever time lies between them."""
-    y = TOP + PLOT_H + 16
-    first = format_html(
+def _time_axis(first: str, last: str | None) -> SafeString:
+    """Return the scheduled times of the first and the last run charted (None: one run),
+    under the axis at its ends: the runs are evenly spaced, whatever time lies between."""
+    label = (
         '<text class="posixcron-axis-label posixcron-axis-time" x="{}" y="{}" '
-        'text-anchor="start">{}</text>',
-        LEFT,
-        y,
-        display.in_zone(points[0].run.scheduled_for, task.timezone),
+        'text-anchor="{}">{}</text>'
     )
-    if len(points) == 1:
-        return first
-    return format_html(
-        '{}<text class="posixcron-axis-label posixcron-axis-time" x="{}" y="{}" '
-        'text-anchor="end">{}</text>',
-        first,
-        WIDTH - 8,
-        y,
-        display.in_zone(points[-1].run.scheduled_for, task.timezone),
-    )
+    y = TOP + PLOT_H + 16
+    start = format_html(label, LEFT, y, "start", first)
+    return start if last is None else format_html("{}" + label, start, WIDTH - 8, y, "end", last)
 
 
 def chart(task: Task, points: list[Point]) -> SafeString:
@@ -314,6 +303,9 @@ def chart(task: Task, points: list[Point]) -> SafeString:
     longest = max([p.duration or 0 for p in points] + [max(p.lag or 0, 0) for p in points])
     top, top_label = _axis_top(longest)
     scale = Scale(top, len(points))
+    first, last = (
+        display.in_zone(p.run.scheduled_for, task.timezone) for p in (points[0], points[-1])
+    )
     description = gettext(
         "Durations of the last %(count)d runs as bars, fire lag (start minus scheduled time) "
         "as a dashed line of dots; the axis goes from 0 to %(top)s. The runs were scheduled "
@@ -321,8 +313,8 @@ def chart(task: Task, points: list[Point]) -> SafeString:
     ) % {
         "count": len(points),
         "top": top_label,
-        "first": display.in_zone(points[0].run.scheduled_for, task.timezone),
-        "last": display.in_zone(points[-1].run.scheduled_for, task.timezone),
+        "first": first,
+        "last": last,
     }
     return format_html(
         '<svg class="posixcron-chart" viewBox="0 0 {} {}" role="img" '
@@ -349,7 +341,7 @@ def chart(task: Task, points: list[Point]) -> SafeString:
         TOP + PLOT_H,
         format_html_join("", "{}", ((bar,) for bar in _bars(task, points, scale))),
         _lag_line(task, points, scale),
-        _time_axis(task, points),
+        _time_axis(first, last if len(points) > 1 else None),
         gettext("duration"),
         gettext("fire lag"),
         gettext("failed, lost, interrupted or timed out"),

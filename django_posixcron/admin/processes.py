@@ -67,8 +67,7 @@ class SchedulerProcessAdmin(Guarded, ProcessAdminBase):
         heartbeat older than the stale limit), which the task list's header counts too."""
         if obj.stopped_at is not None:
             return badge("retired", gettext("stopped"))
-        beat = obj.last_heartbeat_at
-        if beat is None or beat < row_clock(obj) - process_stale_after():
+        if not obj.is_live(row_clock(obj), process_stale_after()):
             return badge("failure", gettext("presumed dead"))
         return badge("active", gettext("live"))
 

@@ -245,13 +245,13 @@ class RunAdmin(Guarded, RunAdminBase):
         says what went wrong without opening each run."""
         if not obj.error:
             return status_badge(obj.status)
-        first = obj.error.strip().splitlines()[0] if obj.error.strip() else ""
+        lines = obj.error.strip().splitlines()
         return format_html(
             '{}<br><span class="posixcron-describe posixcron-run-error" title="{}">{}</span>',
             status_badge(obj.status),
             # Up to 64 KB each: a page of 100 failures would weigh megabytes.
             Truncator(obj.error).chars(ERROR_TITLE_ON_LIST),
-            Truncator(first).chars(ERROR_ON_LIST),
+            Truncator(lines[0] if lines else "").chars(ERROR_ON_LIST),
         )
 
     @admin.display(description=_("backend"))

@@ -201,38 +201,31 @@ class TaskAdmin(Guarded, TaskStateActions):
     def retry_display(self, obj: Task) -> SafeString:
         if obj.retry_at is None:
             return dash()
+        replaced = retry_replaced(obj.retry_at, obj.next_run_at, obj.run_requested_at)
         if not obj.declared:
             # A retired task never fires, and its return to settings forgets the retry.
-            return format_html(
-                '<span class="posixcron-time">{}</span><br>{}',
-                display.in_zone(obj.retry_at, obj.timezone),
-                muted(gettext("never: the task is retired")),
-            )
-        replaced = retry_replaced(obj.retry_at, obj.next_run_at, obj.run_requested_at)
-        if obj.paused and not replaced:
+            note = gettext("never: the task is retired")
+        elif replaced:
+            # "When the next cron occurrence comes first, it fires first and consumes the
+            # retry" (a requested run too), paused or not: this one will not happen, the next
+            # run takes its place.
+            note = gettext("replaced by the next run, which comes first")
+        elif obj.paused:
             # Kept for when the task is resumed, unless the next occurrence has passed by
             # then: that one fires first and consumes it (the trigger precedence).
-            if obj.next_run_at is None:
-                hold = gettext("on hold while paused")
-            else:
-                hold = gettext(
+            note = gettext("on hold while paused")
+            if obj.next_run_at is not None:
+                note = gettext(
                     "on hold while paused; resumed after %(when)s, the next run replaces it"
                 ) % {"when": display.in_zone(obj.next_run_at, obj.timezone)}
-            return format_html(
-                '<span class="posixcron-time">{}</span><br>{}',
-                display.in_zone(obj.retry_at, obj.timezone),
-                muted(hold),
-            )
-        if replaced:
-            # "When the next cron occurrence comes first, it fires first and consumes the
-            # retry" (a requested run too): this one will not happen, the next run takes its
-            # place.
-            return format_html(
-                '<span class="posixcron-time">{}</span><br>{}',
-                display.in_zone(obj.retry_at, obj.timezone),
-                muted(gettext("replaced by the next run, which comes first")),
-            )
-        return when(obj.retry_at, obj.timezone, row_clock(obj))
+        else:
+            return when(obj.retry_at, obj.timezone, row_clock(obj))
+        # A time that will not come, or not yet: no "in 3 minutes" beside it.
+        return format_html(
+            '<span class="posixcron-time">{}</span><br>{}',
+            display.in_zone(obj.retry_at, obj.timezone),
+            muted(note),
+        )
 
     @admin.display(description=_("last success"))
     def last_success_display(self, obj: Task) -> SafeString:

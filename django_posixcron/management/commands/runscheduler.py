@@ -40,7 +40,6 @@ from django_posixcron.management.common import (
     positive_int,
     refused,
 )
-from django_posixcron.scheduling.rules import back_off
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -345,26 +344,20 @@ class Command(common.Command):
         outage) for up to ONCE_LOCK_PATIENCE: exiting would skip this minute's occurrences,
         which the next invocation, a minute later, no longer fires."""
         give_up_at = time.monotonic() + ONCE_LOCK_PATIENCE
-        attempts = 0
         while True:
             try:
-                return scheduler.starting_up(prepare)  # type: ignore[no-any-return]
+                database: str = scheduler.starting_up(prepare)
             except DatabaseError as exc:
-                attempts += 1
                 left = give_up_at - time.monotonic()
                 if not conflict(exc) or left <= 0 or scheduler.stopping:
                     raise
-                delay = min(back_off(attempts), left)
-                get_logger("django_posixcron.scheduler").warning(
-                    "a database lock was not granted in time at start-up (attempt %d), "
-                    "retrying in %.1f s: %s",
-                    attempts,
-                    delay,
-                    one_line(exc),
-                    extra={"action": "db_lock_timeout"},
-                )
+                # The loop's back-off, logged as the loop logs it (db_lock_timeout).
+                delay = scheduler.outage.failed(exc)
                 connections[scheduler.using].close()
-                time.sleep(delay)
+                time.sleep(min(delay, left))
+                continue
+            scheduler.outage.recovered()
+            return database
 
     def _once(self, scheduler: Any, prepare: Callable[[], str]) -> None:
         """Tick once, wait for its runs, and say how it went (for system cron)."""
