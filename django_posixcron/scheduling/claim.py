@@ -275,7 +275,7 @@ class Claimer:
         return Claimed(started, [run for run, _ in runs if run.status == RunStatus.SKIPPED], now)
 
     def committed_runs(
-        self, process: SchedulerProcess, now: dt.datetime
+        self, process: SchedulerProcess, now: dt.datetime, *, start: bool = True
     ) -> list[tuple[Run, TaskDeclaration]]:
         """Return the runs of the last claim whose commit's reply was lost that the database
         holds as committed, to start now: local ones `running` on this process (their task
@@ -290,6 +290,9 @@ class Claimer:
         beats first, so that no peer takes this process for gone after a silence that long
         while they start). Raises while the database cannot answer, and keeps them for the
         next try.
+
+        `start` False (a process stopping): the local runs are returned as they are, for the
+        caller to record as interrupted without ever starting them.
         """
         if not self.unsure:
             return []
@@ -311,8 +314,9 @@ class Claimer:
                     continue
                 run.pk = row.pk
                 if row.status == RunStatus.RUNNING and not row.backend:
-                    run.started_at = now
-                    restarted.append(run.pk)
+                    if start:
+                        run.started_at = now
+                        restarted.append(run.pk)
                     committed.append((run, declaration))
                 elif row.status == RunStatus.QUEUED and not row.result_id:
                     committed.append((run, declaration))
@@ -323,10 +327,11 @@ class Claimer:
         attempted, self.unsure = len(self.unsure), []
         logger.warning(
             "the connection was lost while a claim of %d run(s) was committing; it had%s "
-            "committed: %d run(s) start now, late",
+            "committed: %d run(s) %s",
             attempted,
             "" if found else " not",
             len(committed),
+            "start now, late" if start else "never start (this process is stopping)",
             extra={"action": "claim_commit_lost"},
         )
         return committed

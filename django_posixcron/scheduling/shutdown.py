@@ -27,7 +27,13 @@ from django_posixcron.db import one_line, own_connection
 from django_posixcron.log import get_logger
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
-from django_posixcron.scheduling.outcomes import Outcome, error_summary, write_outcomes
+from django_posixcron.models import RunStatus
+from django_posixcron.scheduling.outcomes import (
+    Outcome,
+    error_summary,
+    log_finished,
+    write_outcomes,
+)
 
 if TYPE_CHECKING:
     from django_posixcron.scheduling.loop import Scheduler
@@ -243,6 +249,7 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     failures = 0
     while True:
         try:
+            _never_started(scheduler)
             runs.flush()
             if runs.unrecorded and time.monotonic() < ends + HELD_PAST_GRACE:
                 time.sleep(HELD_RETRY)
@@ -278,9 +285,11 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                 time.sleep(delay)
                 continue
             _unrecorded(exc, runs.unrecorded_outcomes())
+            _claim_unresolved(scheduler)
             break
         except DatabaseError as exc:
             _unrecorded(exc, runs.unrecorded_outcomes())
+            _claim_unresolved(scheduler)
             break
     if scheduler.heartbeat is not None:
         scheduler.heartbeat.stop()
@@ -301,6 +310,54 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
         scheduler.process.label,
         extra={"action": "scheduler_stopped"},
     )
+
+
+NEVER_STARTED = (
+    "never started: the connection was lost while its claim committed, and the scheduler "
+    "stopped before the database answered again"
+)
+
+
+def _never_started(scheduler: Scheduler) -> None:
+    """Settle a claim whose commit lost its reply just before the stop (or the tick of
+    ``--once``): what it committed is recorded now instead of staying `running` until the
+    others mark it lost with "its outcome is unknown" and the next occurrence takes its retry.
+
+    Its local runs never started and do not start now: they are recorded `interrupted`
+    (their retry rule applies). Its hand-offs are enqueued (a worker runs them, not this
+    process), and its skips logged and signalled, as the claim does after its commit.
+    Raises while the database cannot answer, and keeps them for the next try.
+    """
+    claimer = scheduler.claimer
+    if not claimer.unsure:
+        return
+    assert scheduler.process is not None
+    now = scheduler.now()
+    committed = claimer.committed_runs(scheduler.process, now, start=False)
+    handed = []
+    for run, declaration in committed:
+        if run.status == RunStatus.SKIPPED:
+            log_finished(run)
+            scheduler.notifier.finished(run)
+        elif run.backend:
+            handed.append((run, declaration))
+        else:
+            scheduler.runs.queue(Outcome(run, RunStatus.INTERRUPTED, now, NEVER_STARTED))
+    for outcome in claimer.enqueue_after_commit(handed):
+        scheduler.runs.queue(outcome)
+
+
+def _claim_unresolved(scheduler: Scheduler) -> None:
+    unsure = scheduler.claimer.unsure
+    if unsure:
+        logger.error(
+            "a claim of %d run(s) lost its commit's reply and the database did not answer "
+            "again before the stop: if it committed, other schedulers will mark its runs "
+            "lost (they never started): %s",
+            len(unsure),
+            ", ".join(f"{run.task.name} at {run.scheduled_for.isoformat()}" for run, _ in unsure),
+            extra={"action": "claim_commit_lost"},
+        )
 
 
 def _past_grace(grace: float) -> str:

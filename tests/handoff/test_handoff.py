@@ -796,6 +796,24 @@ def test_a_handed_off_run_of_a_claim_whose_commit_lost_its_reply_is_enqueued_aft
     assert [r.action for r in caplog.records if getattr(r, "action", "") == "claim_commit_lost"]
 
 
+def test_a_handed_off_run_of_a_claim_whose_commit_lost_its_reply_is_enqueued_at_the_stop(
+    world, lose_the_commits_reply
+):
+    """The scheduler stopping before its next tick (SIGTERM, the end of --once) still hands
+    the committed run to its workers: a worker runs it, not this process."""
+    world.settings({"export": handed_off("export", enqueue={"backend": "rq"})})
+    scheduler = world.start(T0 - MINUTE)
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+
+    scheduler.shutdown()
+
+    run = only_run("export")
+    assert (run.status, run.scheduled_for) == (RunStatus.QUEUED, T0)
+    assert run.result_id
+
+
 def test_a_slow_enqueue_after_the_commit_does_not_hold_back_the_local_runs(world, monkeypatch):
     """A Tasks broker slow to answer holds the loop, not the local runs of the same claim:
     they start first ("a run starts within milliseconds of its occurrence")."""

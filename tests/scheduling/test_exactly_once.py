@@ -318,6 +318,36 @@ def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
     assert Hit.objects.count() == 2
 
 
+def test_a_stop_before_the_database_answers_again_records_the_committed_runs_interrupted(
+    tasks, make_scheduler, lose_the_commits_reply, caplog
+):
+    # The process stopped (SIGTERM, or the end of --once) right after the lost reply: its
+    # committed runs stayed `running` until the others marked them lost ("its outcome is
+    # unknown") although their code never started, and the next occurrence took the retry.
+    task = tasks(next_run_at=T0, schedule="* * * * *")
+    scheduler = make_scheduler()
+    scheduler.start()
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+
+    with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
+        scheduler.shutdown()
+
+    run = Run.objects.get()
+    assert run.status == RunStatus.INTERRUPTED
+    assert run.error.startswith("never started: the connection was lost while its claim")
+    assert Hit.objects.count() == 0  # and it did not start at the stop
+    task.refresh_from_db()
+    assert task.retry_at is not None  # its retry rule applies, as for any interrupted run
+    assert task.retry_occurrence == T0
+    assert scheduler.claimer.unsure == []
+    assert SchedulerProcess.objects.get(pk=scheduler.process.pk).stopped_at is not None
+    assert "1 run(s) never start (this process is stopping)" in " ".join(
+        r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"
+    )
+
+
 def test_a_claim_that_did_not_commit_before_its_reply_was_lost_claims_again(
     tasks, make_scheduler, lose_the_commits_reply
 ):
