@@ -112,6 +112,32 @@ def read_only(exc: BaseException) -> bool:
     return _sqlite_code(exc) == _SQLITE_READONLY
 
 
+# PostgreSQL's undefined_table; MySQL's ER_NO_SUCH_TABLE.
+_PG_UNDEFINED_TABLE = "42P01"
+_MYSQL_NO_SUCH_TABLE = 1146
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Whether `exc` says a table the query names does not exist: while running, a database
+    replaced, emptied or restored without this app's tables (SQLite creates an empty file
+    where one was deleted), which `manage.py migrate` is the answer to."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    if getattr(exc.__cause__, "sqlstate", None) == _PG_UNDEFINED_TABLE:
+        return True
+    if exc.args and exc.args[0] == _MYSQL_NO_SUCH_TABLE:
+        return True
+    return isinstance(exc, OperationalError) and str(exc).startswith("no such table: ")
+
+
+def migrate_command(using: str) -> str:
+    """The command that migrates `using`: `migrate` alone migrates "default", and routers
+    that keep the app elsewhere need the alias named."""
+    if using == DEFAULT_DB_ALIAS:
+        return "manage.py migrate"
+    return f"manage.py migrate --database {using}"
+
+
 def one_line(exc: BaseException) -> str:
     """The error's text on one line: the driver's own runs over several ("Connection refused"
     then "Is the server running..."), and a probe or a log reads one line per error."""

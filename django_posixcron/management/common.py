@@ -15,6 +15,8 @@ from django_posixcron.conf import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_int
 from django_posixcron.db import (
     app_alias,
     has_summer_time,
+    migrate_command,
+    missing_table,
     mysql_stored_zone,
     one_line,
     outage,
@@ -49,6 +51,11 @@ def refused(
     would fail again (a role without the privileges, a file that is not an SQLite database).
     A database other than "default" is named: a project with two says which one."""
     database = "The database" if using == DEFAULT_DB_ALIAS else f"The database {using!r}"
+    if missing_table(exc):
+        return (
+            f"{database} refused {what}: {one_line(exc)}: this app's tables are missing "
+            f"(a database replaced or emptied?): run `{migrate_command(using)}`"
+        )
     if outage(exc) and not read_only(exc):
         return f"{database} {away}: {one_line(exc)}"
     return f"{database} refused {what}: {one_line(exc)}"
@@ -207,16 +214,9 @@ def check_migrated(using: str) -> None:
     if missing and _made_without_migrations(connection, executor):
         return
     if missing:
-        # `migrate` alone migrates "default": routers that keep the app elsewhere need the
-        # alias named, or the command the message gives changes nothing.
-        command = (
-            "manage.py migrate"
-            if using == DEFAULT_DB_ALIAS
-            else (f"manage.py migrate --database {using}")
-        )
         raise CommandError(
             f"The database {using!r} lacks django_posixcron migrations ({', '.join(missing)}): "
-            f"run `{command}` first."
+            f"run `{migrate_command(using)}` first."
         )
     _refuse_routed_away(connection)
 

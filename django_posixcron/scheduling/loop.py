@@ -39,6 +39,8 @@ from django_posixcron.db import (
     fast_timestamps,
     has_clock,
     lock_not_granted,
+    migrate_command,
+    missing_table,
     one_line,
     outage,
     own_connection,
@@ -96,8 +98,11 @@ OWED_CHECK_EVERY = 60.0
 class Outage:
     """The loop's back-off through a database outage, and the grace it gives others after."""
 
-    def __init__(self, stale_after: dt.timedelta, stall: float = float("inf")) -> None:
+    def __init__(
+        self, stale_after: dt.timedelta, stall: float = float("inf"), using: str = "default"
+    ) -> None:
         self.stale_after = stale_after
+        self.using = using
         self.failures = 0
         # Whether one of them was the database not answering (not only a lock not granted).
         self.unreachable = False
@@ -175,7 +180,20 @@ class Outage:
             self.judge_from = (
                 time.monotonic() + delay + self.stale_after.total_seconds() + rules.BACKOFF_MAX
             )
-        if log:
+        if log and missing_table(exc):
+            # Not a bug to trace: the database answered without this app's tables.
+            logger.error(
+                "database unavailable (attempt %d), retrying in %.1f s: %s: this app's "
+                "tables are missing (a database replaced, emptied or restored without them; "
+                "SQLite creates an empty file where one was deleted): restore it, or run "
+                "`%s` for a new one",
+                self.failures,
+                delay,
+                one_line(exc),
+                migrate_command(self.using),
+                extra={"action": "db_error"},
+            )
+        elif log:
             logger.error(
                 "database unavailable (attempt %d), retrying in %.1f s: %s",
                 self.failures,
@@ -348,7 +366,9 @@ class Scheduler:
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
         # A wait longer than a heartbeat interval, and at least 5 s (a slow statement on a busy
         # server is not yet a stall), may have held the others' beats past their interval.
-        self.outage = Outage(self.stale_after, stall=max(5.0, self.heartbeat_every))
+        self.outage = Outage(
+            self.stale_after, stall=max(5.0, self.heartbeat_every), using=self.using
+        )
         self.clock_steps = ClockSteps(self.stale_after)
         # Says so when the loop or the heartbeat waits on a database that does not answer.
         self.watchdog = Watchdog(self.stale_after.total_seconds())

@@ -25,9 +25,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from django_posixcron.db import one_line, own_connection
 from django_posixcron.log import get_logger
+from django_posixcron.models import RunStatus
 from django_posixcron.scheduling import alerts, rules
 from django_posixcron.scheduling.liveness import mark_stopped, release_declarations
-from django_posixcron.models import RunStatus
 from django_posixcron.scheduling.outcomes import (
     Outcome,
     error_summary,

@@ -154,6 +154,43 @@ def test_a_database_that_refuses_the_commands_is_one_line_and_exit_1(
     assert reason in line, output
 
 
+def test_a_database_file_deleted_under_a_running_scheduler_is_said_with_the_migrate_hint(
+    schedulers: Schedulers, tmp_path: Path
+) -> None:
+    # SQLite creates an empty file where the database was: every tick then failed with
+    # "no such table" and a traceback, as if it were a bug, and said nothing of migrate.
+    only_on("sqlite", why="SQLite creates a deleted database file again, empty")
+    database = tmp_path / "private.sqlite3"
+    schedulers.configure({"yearly": record_task("yearly")}, db_name=str(database))
+    migrated = schedulers.manage("migrate", "-v", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    child = schedulers.start()
+    schedulers.wait_for(
+        lambda: "django-posixcron scheduler " in child.output(), what="the scheduler to start"
+    )
+
+    for path in tmp_path.glob("private.sqlite3*"):
+        path.unlink()
+
+    schedulers.wait_for(
+        lambda: "this app's tables are missing" in child.output(),
+        what="the missing tables to be said",
+    )
+    line = next(x for x in child.output().splitlines() if "tables are missing" in x)
+    assert "no such table: django_posixcron_" in line
+    assert "run `manage.py migrate` for a new one" in line
+    assert "Traceback" not in child.output()
+    assert child.alive()  # waiting for the database, as for any outage
+
+    # Migrated again: the scheduler goes on, without a restart.
+    assert schedulers.manage("migrate", "-v", "0").returncode == 0
+    schedulers.wait_for(
+        lambda: "database reachable again" in child.output(), what="the scheduler to go on"
+    )
+    child.signal(signal.SIGTERM)
+    assert child.wait() == 0, schedulers.outputs()
+
+
 def test_schedulerstatus_says_a_refusal_is_not_an_outage(
     schedulers: Schedulers, refusing_database: dict[str, Any]
 ) -> None:
