@@ -204,12 +204,23 @@ def force_index(sql: str, table: str, index: str) -> str:
     goes between it and the clause that follows. Another spelling: `sql` as it is, never a
     statement the server refuses.
     """
-    alias = r"(?: (?:AS )?(?:[A-Z]\d+\b|`[A-Z]\d+`))?"
+    return _after_table(sql, table, f"FORCE INDEX ({index})", "`")
+
+
+def indexed_by(sql: str, table: str, index: str) -> str:
+    """Return `sql` with SQLite's `INDEXED BY index` after its first `FROM table` and the
+    alias, as force_index() places MySQL's hint."""
+    return _after_table(sql, table, f"INDEXED BY {index}", '"')
+
+
+def _after_table(sql: str, table: str, clause: str, quote: str) -> str:
+    q = re.escape(quote)
+    alias = rf"(?: (?:AS )?(?:[A-Z]\d+\b|{q}[A-Z]\d+{q}))?"
     follows = r"(?= WHERE | INNER | LEFT | ORDER | GROUP | LIMIT |\)|$)"
     found = re.search(rf"FROM {re.escape(table)}{alias}{follows}", sql)
     if found is None:
         return sql
-    return f"{sql[: found.end()]} FORCE INDEX ({index}){sql[found.end() :]}"
+    return f"{sql[: found.end()]} {clause}{sql[found.end() :]}"
 
 
 class ByTaskIndex(_ForcedIndex, Subquery):
