@@ -137,10 +137,11 @@ class _Hierarchy:
         """The list's rows in `period`, the period's bounds first in the WHERE clause: SQLite
         walks the index from the first lower bound it reads there, and the list's own (the
         month drilled into) came first: each day's probe walked from the month's start."""
+        listed: QuerySet[Any] = self.queryset
         if self.index is None:
-            return self.queryset.filter(**period)
-        rows = self.queryset.model._base_manager.using(self.queryset.db).filter(**period)
-        return rows & self.queryset
+            return listed.filter(**period)
+        rows: QuerySet[Any] = listed.model._base_manager.using(listed.db).filter(**period)
+        return rows & listed
 
     def year_after(self, year: int) -> int | None:
         """Return the first year after `year` that holds a row: one ordered probe, as holds()."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -234,7 +235,7 @@ def test_the_date_hierarchy_of_a_filter_matching_few_runs_reads_them_once(superu
     assert len(on_runs) == 3
 
 
-def _probe_steps(client, url: str) -> int:
+def _probe_steps(client: Any, url: str) -> int:
     """The SQLite virtual machine's steps (in hundreds) for the date hierarchy's probes of
     one request (each asks for one row): what they read, counted by the engine itself,
     whatever the machine's speed."""
