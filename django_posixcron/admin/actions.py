@@ -43,6 +43,12 @@ PAUSE_PERMISSION = "django_posixcron.pause_task"
 RESUME_PERMISSION = "django_posixcron.resume_task"
 RUN_PERMISSION = "django_posixcron.run_task"
 
+# The History entries, stored as they are read: Django shows a plain text entry as stored,
+# so one translated for the operator who acted read in their language to everyone after.
+PAUSED = "Paused."
+RESUMED = "Resumed."
+REQUESTED = "Requested a run."
+
 
 class TaskStateActions(TaskAdminBase):
     """The task admin's state changes, each behind its own permission; never task code."""
@@ -88,7 +94,7 @@ class TaskStateActions(TaskAdminBase):
             self.message_user(
                 request, gettext("Paused %(task)s.") % {"task": task.name}, messages.SUCCESS
             )
-            return gettext("Paused.")
+            return PAUSED
 
         return self._state_view(request, object_id, self.has_pause_permission, change)
 
@@ -107,7 +113,7 @@ class TaskStateActions(TaskAdminBase):
             self.message_user(
                 request, gettext("Resumed %(task)s.") % {"task": task.name}, messages.SUCCESS
             )
-            return gettext("Resumed.")
+            return RESUMED
 
         return self._state_view(request, object_id, self.has_resume_permission, change)
 
@@ -165,7 +171,7 @@ class TaskStateActions(TaskAdminBase):
                     messages.WARNING,
                 )
             self._warn_no_scheduler(request, live)
-            return gettext("Requested a run.")
+            return REQUESTED
 
         return self._state_view(request, object_id, self.has_run_permission, change)
 
@@ -217,7 +223,7 @@ class TaskStateActions(TaskAdminBase):
             done_to = _changed(queryset, targets, lambda rows: rows.pause(now))
             changed, unchanged = len(done_to), len(selected) - len(done_to)
             log = "Task paused from the admin task=%s user=%s", "admin_pause"
-            done = gettext("Paused.")
+            done = PAUSED
             text = ngettext("Paused %(count)d task.", "Paused %(count)d tasks.", changed)
             same = ngettext(
                 "%(count)d was already paused.", "%(count)d were already paused.", unchanged
@@ -226,7 +232,7 @@ class TaskStateActions(TaskAdminBase):
             done_to = _changed(queryset, targets, lambda rows: rows.resume(now))
             changed, unchanged = len(done_to), len(selected) - len(done_to)
             log = "Task resumed from the admin task=%s user=%s", "admin_resume"
-            done = gettext("Resumed.")
+            done = RESUMED
             text = ngettext("Resumed %(count)d task.", "Resumed %(count)d tasks.", changed)
             same = ngettext("%(count)d was not paused.", "%(count)d were not paused.", unchanged)
         self._history(request, done_to, done)

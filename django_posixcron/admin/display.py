@@ -12,7 +12,7 @@ from django.utils.formats import date_format
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, gettext_noop, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.conf import poll_interval_or_default
@@ -100,6 +100,13 @@ def zone_label(local: dt.datetime) -> str:
     return name
 
 
+# Phrases around Django's "3 minutes", marked for makemessages: given to gettext() as a
+# variable, they were never extracted, and a project's catalogue could not translate them.
+IN_DELTA = gettext_noop("in %(delta)s")
+DELTA_AGO = gettext_noop("%(delta)s ago")
+FOR_ELAPSED = gettext_noop("for %(elapsed)s")
+
+
 def relative(value: dt.datetime, now: dt.datetime) -> str:
     """Return "in 3 minutes", "5 minutes ago", "in 20 seconds" or "now"."""
     gap = abs(value - now)
@@ -111,12 +118,10 @@ def relative(value: dt.datetime, now: dt.datetime) -> str:
             return ngettext("in %(n)d second", "in %(n)d seconds", seconds) % {"n": seconds}
         return ngettext("%(n)d second ago", "%(n)d seconds ago", seconds) % {"n": seconds}
     if value > now:
-        phrase = "in %(delta)s"
-        with _language_of(phrase):
-            return gettext(phrase) % {"delta": timeuntil(value, now, depth=1)}
-    phrase = "%(delta)s ago"
-    with _language_of(phrase):
-        return gettext(phrase) % {"delta": timesince(value, now, depth=1)}
+        with _language_of(IN_DELTA):
+            return gettext(IN_DELTA) % {"delta": timeuntil(value, now, depth=1)}
+    with _language_of(DELTA_AGO):
+        return gettext(DELTA_AGO) % {"delta": timesince(value, now, depth=1)}
 
 
 def elapsed(since: dt.datetime, now: dt.datetime) -> str:
@@ -124,9 +129,8 @@ def elapsed(since: dt.datetime, now: dt.datetime) -> str:
     if now - since < dt.timedelta(minutes=1):
         seconds = max(0, int((now - since).total_seconds()))
         return ngettext("for %(n)d second", "for %(n)d seconds", seconds) % {"n": seconds}
-    phrase = "for %(elapsed)s"
-    with _language_of(phrase):
-        return gettext(phrase) % {"elapsed": timesince(since, now)}
+    with _language_of(FOR_ELAPSED):
+        return gettext(FOR_ELAPSED) % {"elapsed": timesince(since, now)}
 
 
 def _language_of(phrase: str) -> translation.override | contextlib.nullcontext[None]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.admin import ModelAdmin, helpers
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import Model
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 
 from django_posixcron.admin.lookups import as_pk, checked_changelist
 
@@ -49,6 +51,34 @@ class Guarded(ModelAdmin):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return can_view(request, self.model)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Only view opens the pages: a delete permission alone opened the confirmation of
+        # a run or a retired task (its name, its history's size) and deleted them.
+        return super().has_delete_permission(request, obj) and self.has_view_permission(
+            request, obj
+        )
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+        """Back to the list after deleting one row from its page, as Django does for a user
+        who may change rows; nobody may here, and Django sent everyone to the admin index."""
+        response = super().response_delete(request, obj_display, obj_id)
+        index = reverse("admin:index", current_app=self.admin_site.name)
+        if (
+            isinstance(response, HttpResponseRedirect)
+            and response.url == index
+            and self.has_view_permission(request)
+        ):
+            changelist = reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
+                current_app=self.admin_site.name,
+            )
+            preserved: dict[str, Any] = {
+                "preserved_filters": self.get_preserved_filters(request),
+                "opts": self.opts,
+            }
+            return HttpResponseRedirect(add_preserved_filters(preserved, changelist))
+        return response
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         return checked_changelist(request, super().get_changelist_instance)

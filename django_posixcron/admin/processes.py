@@ -52,6 +52,10 @@ class SchedulerProcessAdmin(Guarded, ProcessAdminBase):
     fields = readonly_fields
     show_full_result_count = False
 
+    class Media:
+        # The state badges' colours: without it a dead process looked like a live one.
+        css = {"all": ("django_posixcron/admin.css",)}
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[SchedulerProcess]:
         # Reads too on the alias of the app's rows, not the routers' read alias (DESIGN 5);
         # with the database's clock on each row, for "12 seconds ago".

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_posixcron.admin.filters import TASK_FILTER_CHOICES
 from django_posixcron.models import Run, RunStatus, Trigger
-from tests.admin.conftest import client_for, make_run, make_task
+from tests.admin.conftest import _staff, client_for, make_run, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -352,6 +352,34 @@ def test_delete_needs_the_delete_permission(viewer, deleter):
     assert Run.objects.filter(pk=run.pk).exists()
     assert client_for(deleter).post(url, {"post": "yes"}).status_code == 302
     assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def test_a_run_deleted_from_its_page_returns_to_the_list_with_its_filters(deleter):
+    run = make_run(make_task())
+    url = reverse("admin:django_posixcron_run_delete", args=[run.pk])
+    filters = "_changelist_filters=status__exact%3Dsucceeded"
+    response = client_for(deleter).post(f"{url}?{filters}", {"post": "yes"})
+    assert response.status_code == 302
+    assert response["Location"] == f"{LIST}?status__exact=succeeded"
+
+
+def test_a_user_who_may_not_view_tasks_gets_no_links_to_them(db):
+    # Each link answered 403: the run list's task column and the run page's task field.
+    user = _staff("runs-only", "view_run")
+    task = make_task(name="nightly-report")
+    run = make_run(task)
+    client = client_for(user)
+    task_url = reverse("admin:django_posixcron_task_change", args=[task.pk])
+    assert client.get(task_url).status_code == 403
+    listed = client.get(LIST).content.decode()
+    page = client.get(run_url(run)).content.decode()
+    for html in (listed, page):
+        assert "nightly-report" in html
+        assert task_url not in html
+    # With the permission, both link to the task.
+    viewer = _staff("both", "view_run", "view_task")
+    assert task_url in client_for(viewer).get(LIST).content.decode()
+    assert task_url in client_for(viewer).get(run_url(run)).content.decode()
 
 
 def test_bulk_delete_of_old_runs(deleter):

@@ -751,8 +751,25 @@ def test_retired_task_deleted_with_its_history(deleter):
     assert "2 runs of history" in confirm.content.decode()
     response = client.post(url, {"post": "yes"})
     assert response.status_code == 302
+    # Back to the list it came from, not the admin's index.
+    assert response["Location"] == reverse("admin:django_posixcron_task_changelist")
     assert not Task.objects.exists()
     assert not Run.objects.exists()
+
+
+def test_a_delete_permission_without_view_opens_and_deletes_nothing(db):
+    # Only view opens the pages: delete alone opened the confirmation of a retired task
+    # (its name, its history's size) and deleted it with its history.
+    blind = _staff("blind", "delete_task", "delete_run")
+    task = make_task(declared=False)
+    run = make_run(task)
+    client = client_for(blind)
+    for name, pk in (("task", task.pk), ("run", run.pk)):
+        url = reverse(f"admin:django_posixcron_{name}_delete", args=[pk])
+        assert client.get(url).status_code == 403, name
+        assert client.post(url, {"post": "yes"}).status_code == 403, name
+    assert Task.objects.filter(pk=task.pk).exists()
+    assert Run.objects.filter(pk=run.pk).exists()
 
 
 def test_declared_task_cannot_be_deleted(superuser):

@@ -93,6 +93,37 @@ def test_list_pause_and_run_now(page: Any, artifacts: Path) -> None:
     assert not Run.objects.filter(trigger=Trigger.MANUAL).exists()
 
 
+def test_the_task_page_buttons_match_the_history_button(page: Any) -> None:
+    # "styled like the admin's own History button": they were 18 px high beside its 26 px,
+    # off its baseline (a button's font and line height are not inherited).
+    report, _failed = _seed()
+    page.goto(f"/admin/django_posixcron/task/{report.pk}/change/")
+    history = page.locator("ul.object-tools a.historylink").bounding_box()
+    assert history is not None
+    for button in ("#posixcron-pause", "#posixcron-run"):
+        box = page.locator(button).bounding_box()
+        assert box is not None
+        assert abs(box["height"] - history["height"]) <= 1, (button, box, history)
+        assert abs(box["y"] - history["y"]) <= 1, (button, box, history)
+
+
+def test_the_process_states_are_coloured_badges(page: Any) -> None:
+    # admin.rst: "green live, grey stopped, red presumed dead"; the process list did not
+    # link the app's style sheet, and a dead process looked like a live one.
+    now = timezone.now()
+    SchedulerProcess.objects.create(hostname="live", pid=1, last_heartbeat_at=now)
+    SchedulerProcess.objects.create(
+        hostname="dead", pid=2, last_heartbeat_at=now - dt.timedelta(hours=1)
+    )
+    page.goto("/admin/django_posixcron/schedulerprocess/")
+    colours = {}
+    for host in ("live", "dead"):
+        badge = page.locator("#result_list tbody tr", has_text=host).locator("td.field-state span")
+        colours[host] = badge.evaluate("e => getComputedStyle(e).backgroundColor")
+    assert "rgba(0, 0, 0, 0)" not in colours.values(), colours
+    assert colours["live"] != colours["dead"], colours
+
+
 def test_each_schedule_stays_on_one_line_in_the_list(page: Any) -> None:
     from playwright.sync_api import expect
 
