@@ -49,6 +49,10 @@ class Guarded(ModelAdmin):  # type: ignore[type-arg]
     """The guards every list of the app shares: pages behind the view permission alone,
     lookups a database cannot run answered with Django's "?e=1", actions checked first."""
 
+    # The app's own empty cells show a dash; Django's (an empty timeout or description) a
+    # hyphen: one page showed both.
+    empty_value_display = "—"
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return can_view(request, self.model)
 

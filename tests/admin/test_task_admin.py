@@ -757,6 +757,17 @@ def test_retired_task_deleted_with_its_history(deleter):
     assert not Run.objects.exists()
 
 
+def test_empty_fields_show_one_kind_of_dash(superuser):
+    # Django's own empty cells (no timeout, no description) showed a hyphen beside the app's
+    # dashes on the same page.
+    task = make_task(timeout=None, description="")
+    html = client_for(superuser).get(
+        reverse("admin:django_posixcron_task_change", args=[task.pk])
+    ).content.decode()
+    assert '<div class="readonly">-</div>' not in html
+    assert '<div class="readonly">—</div>' in html
+
+
 def test_a_delete_permission_without_view_opens_and_deletes_nothing(db):
     # Only view opens the pages: delete alone opened the confirmation of a retired task
     # (its name, its history's size) and deleted it with its history.
