@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone, translation
-from django.utils.formats import date_format
+from django.utils.formats import date_format, number_format
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
@@ -153,7 +153,8 @@ def duration(delta: dt.timedelta | None) -> str:
         return ""
     seconds = delta.total_seconds()
     if seconds < 10:
-        return gettext("%(seconds).2f s") % {"seconds": seconds}
+        # In the page's language's format: "0,47 s" in German.
+        return gettext("%(seconds)s s") % {"seconds": number_format(seconds, 2)}
     whole = int(seconds)
     if whole < 60:
         return gettext("%(seconds)d s") % {"seconds": whole}

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import translation
 
 import django_posixcron
-from django_posixcron.admin.display import elapsed, relative
+from django_posixcron.admin.display import duration, elapsed, relative
 from tests.admin.conftest import client_for, make_task
 
 pytestmark = pytest.mark.django_db
@@ -71,6 +71,14 @@ def test_the_relative_times_are_translated_by_a_project_catalogue(catalogue):
     with override_settings(LOCALE_PATHS=[str(catalogue)]), translation.override("de"):
         assert relative(now - dt.timedelta(minutes=5), now) == "vor 5\xa0Minuten"
         assert elapsed(now - dt.timedelta(minutes=3), now) == "seit 3\xa0Minuten"
+
+
+def test_short_durations_use_the_languages_decimal_separator():
+    # "0.47 s" in a German page, whose other numbers read "10.000" for ten thousand.
+    with translation.override("de"):
+        assert duration(dt.timedelta(milliseconds=470)) == "0,47 s"
+    with translation.override("en"):
+        assert duration(dt.timedelta(milliseconds=470)) == "0.47 s"
 
 
 def test_the_history_entry_is_stored_in_english_whoever_acts(superuser, catalogue):
