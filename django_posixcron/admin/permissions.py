@@ -11,6 +11,7 @@ from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.safestring import SafeString, mark_safe
 
 from django_posixcron.admin.lookups import as_pk, checked_changelist
 
@@ -49,9 +50,11 @@ class Guarded(ModelAdmin):  # type: ignore[type-arg]
     """The guards every list of the app shares: pages behind the view permission alone,
     lookups a database cannot run answered with Django's "?e=1", actions checked first."""
 
-    # The app's own empty cells show a dash; Django's (an empty timeout or description) a
-    # hyphen: one page showed both.
-    empty_value_display = "—"
+    def get_empty_value_display(self) -> SafeString:
+        # The app's own empty cells show a dash; Django's (an empty timeout or description)
+        # its default hyphen: one page showed both. A site's own choice stands.
+        site = str(self.admin_site.empty_value_display)
+        return mark_safe("—" if site == "-" else site)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return can_view(request, self.model)

@@ -331,7 +331,10 @@ class Claimer:
             attempted,
             "" if found else " not",
             len(committed),
-            "start now, late" if start else "never start (this process is stopping)",
+            "start now, late"
+            if start
+            else "are settled (this process is stopping: its own are recorded interrupted, "
+            "never started)",
             extra={"action": "claim_commit_lost"},
         )
         return committed

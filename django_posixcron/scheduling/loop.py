@@ -183,10 +183,10 @@ class Outage:
         if log and missing_table(exc):
             # Not a bug to trace: the database answered without this app's tables.
             logger.error(
-                "database unavailable (attempt %d), retrying in %.1f s: %s: this app's "
-                "tables are missing (a database replaced, emptied or restored without them; "
-                "SQLite creates an empty file where one was deleted): restore it, or run "
-                "`%s` for a new one",
+                "the database answers without this app's tables (attempt %d), retrying in "
+                "%.1f s: %s: a database replaced, emptied or restored without them (SQLite "
+                "creates an empty file where one was deleted)? Restore it, or run `%s` for "
+                "a new one",
                 self.failures,
                 delay,
                 one_line(exc),

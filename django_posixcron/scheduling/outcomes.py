@@ -74,6 +74,9 @@ class Outcome:
     finished_at: dt.datetime
     error: str = ""
     traceback: str = ""
+    # False for a run whose code never started (a claim settled at the stop): no duration,
+    # no fire lag, as for a lost run.
+    ran: bool = True
 
 
 def send_robust(sig: Any, run: Run | None = None, **kwargs: Any) -> None:
@@ -414,7 +417,7 @@ def write_outcomes(
             # A lost run's end is when it was found lost, not when it stopped: no duration.
             run.duration = (
                 max(dt.timedelta(0), o.finished_at - run.started_at)
-                if run.started_at is not None and o.status != RunStatus.LOST
+                if run.started_at is not None and o.status != RunStatus.LOST and o.ran
                 else None
             )
         update_many(

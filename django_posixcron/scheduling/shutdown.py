@@ -249,7 +249,20 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
     failures = 0
     while True:
         try:
-            _never_started(scheduler)
+            try:
+                _never_started(scheduler)
+            except (OperationalError, InterfaceError):
+                raise  # the database away: tried again with the rest, as below
+            except DatabaseError as exc:
+                # Refused: the rest of the stop is still recorded, and the others mark
+                # that claim's runs lost.
+                logger.error(
+                    "could not look up the claim whose commit lost its reply: %s",
+                    one_line(exc),
+                    extra={"action": "shutdown_db_error"},
+                )
+                _claim_unresolved(scheduler)
+                scheduler.claimer.unsure = []
             runs.flush()
             if runs.unrecorded and time.monotonic() < ends + HELD_PAST_GRACE:
                 time.sleep(HELD_RETRY)
@@ -342,7 +355,7 @@ def _never_started(scheduler: Scheduler) -> None:
         elif run.backend:
             handed.append((run, declaration))
         else:
-            scheduler.runs.queue(Outcome(run, RunStatus.INTERRUPTED, now, NEVER_STARTED))
+            scheduler.runs.queue(Outcome(run, RunStatus.INTERRUPTED, now, NEVER_STARTED, ran=False))
     for outcome in claimer.enqueue_after_commit(handed):
         scheduler.runs.queue(outcome)
 
@@ -351,9 +364,8 @@ def _claim_unresolved(scheduler: Scheduler) -> None:
     unsure = scheduler.claimer.unsure
     if unsure:
         logger.error(
-            "a claim of %d run(s) lost its commit's reply and the database did not answer "
-            "again before the stop: if it committed, other schedulers will mark its runs "
-            "lost (they never started): %s",
+            "a claim of %d run(s) lost its commit's reply and could not be looked up before "
+            "the stop: if it committed, its runs end lost (they never started): %s",
             len(unsure),
             ", ".join(f"{run.task.name} at {run.scheduled_for.isoformat()}" for run, _ in unsure),
             extra={"action": "claim_commit_lost"},
@@ -506,6 +518,7 @@ def _force(scheduler: Scheduler, reason: str) -> None:
     if not scheduler.forcing.acquire(blocking=False):
         return  # the other one is ending the process
     process = scheduler.process
+    _claim_unresolved(scheduler)
     forced_exit(
         using=scheduler.using,
         kill_children=scheduler.executor.kill_all,

@@ -761,11 +761,24 @@ def test_empty_fields_show_one_kind_of_dash(superuser):
     # Django's own empty cells (no timeout, no description) showed a hyphen beside the app's
     # dashes on the same page.
     task = make_task(timeout=None, description="")
+    html = (
+        client_for(superuser)
+        .get(reverse("admin:django_posixcron_task_change", args=[task.pk]))
+        .content.decode()
+    )
+    assert '<div class="readonly">-</div>' not in html
+    assert '<div class="readonly">—</div>' in html
+
+
+def test_a_sites_own_empty_value_display_stands(superuser, monkeypatch):
+    from django.contrib import admin
+
+    monkeypatch.setattr(admin.site, "empty_value_display", "(none)")
+    task = make_task(timeout=None, description="")
     html = client_for(superuser).get(
         reverse("admin:django_posixcron_task_change", args=[task.pk])
     ).content.decode()
-    assert '<div class="readonly">-</div>' not in html
-    assert '<div class="readonly">—</div>' in html
+    assert '<div class="readonly">(none)</div>' in html
 
 
 def test_a_delete_permission_without_view_opens_and_deletes_nothing(db):

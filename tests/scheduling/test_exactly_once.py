@@ -343,9 +343,42 @@ def test_a_stop_before_the_database_answers_again_records_the_committed_runs_int
     assert task.retry_occurrence == T0
     assert scheduler.claimer.unsure == []
     assert SchedulerProcess.objects.get(pk=scheduler.process.pk).stopped_at is not None
-    assert "1 run(s) never start (this process is stopping)" in " ".join(
+    # Its code never ran: no duration, and no fire lag or duration for the metrics.
+    assert run.duration is None
+    assert (task.last_duration, task.last_fire_lag) == (None, None)
+    assert task.last_run_status == RunStatus.INTERRUPTED
+    assert "1 run(s) are settled (this process is stopping" in " ".join(
         r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"
     )
+
+
+def test_a_refused_look_up_of_the_lost_claim_does_not_hold_the_rest_of_the_stop(
+    tasks, make_scheduler, lose_the_commits_reply, monkeypatch, caplog
+):
+    # The stop's other records (the outcomes, the process stopped) went with it: the others
+    # then waited for a stale heartbeat although the database answered.
+    from django.db import ProgrammingError
+
+    from django_posixcron.scheduling.claim import Claimer
+
+    tasks(next_run_at=T0, schedule="* * * * *")
+    scheduler = make_scheduler()
+    scheduler.start()
+    lose_the_commits_reply(committed=True)
+    with pytest.raises(OperationalError):
+        scheduler.tick(T0)
+
+    def refused(self, *args, **kwargs):
+        raise ProgrammingError("permission denied for table django_posixcron_run")
+
+    monkeypatch.setattr(Claimer, "committed_runs", refused)
+    with caplog.at_level(logging.ERROR, logger="django_posixcron.scheduler"):
+        scheduler.shutdown()
+
+    assert SchedulerProcess.objects.get(pk=scheduler.process.pk).stopped_at is not None
+    lines = [r.getMessage() for r in caplog.records if r.action == "claim_commit_lost"]
+    assert len(lines) == 1
+    assert "a claim of 1 run(s) lost its commit's reply and could not be looked up" in lines[0]
 
 
 def test_a_claim_that_did_not_commit_before_its_reply_was_lost_claims_again(
