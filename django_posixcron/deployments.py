@@ -57,14 +57,29 @@ def record(using: str, hashes: Mapping[str, str]) -> str:
 
 
 def _hashes(using: str, digests: Iterable[str]) -> dict[str, Mapping[str, str]]:
-    wanted = [d for d in digests if d not in _cache]
+    """Return the stored set of each digest, from the cache or the database.
+
+    Every set asked for is answered, wherever it came from: when a new set filled the cache,
+    the cache was emptied and only the new set read back, so the live processes whose sets
+    had been cached dropped out of the answer, and a reconciliation rewrote or retired what
+    they still declared (a long-lived process that had seen sixteen sets). The cache is
+    shared by the admin's threads: read with get(), never a lookup after a test.
+    """
+    found: dict[str, Mapping[str, str]] = {}
+    wanted = []
+    for digest in digests:
+        cached = _cache.get(digest)
+        if cached is None:
+            wanted.append(digest)
+        else:
+            found[digest] = cached
     if wanted:
         if len(_cache) + len(wanted) > _SETS_CACHED:
             _cache.clear()
         rows = DeclarationSet.objects.using(using).filter(digest__in=wanted)
         for digest, hashes in rows.values_list("digest", "hashes"):
-            _cache[digest] = hashes
-    return {d: _cache[d] for d in digests if d in _cache}
+            _cache[digest] = found[digest] = hashes
+    return found
 
 
 def live_processes(

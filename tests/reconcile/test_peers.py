@@ -16,7 +16,9 @@ from django_posixcron.scheduling.liveness import mark_stopped, release_declarati
 from tests.harness.declaring import declare, task
 from tests.harness.locks import held_elsewhere
 from tests.harness.waiting import wait_until
-from tests.reconcile.test_deferral import V1, V2
+from tests.reconcile.test_deferral import V1, V2, declared
+
+V3 = declared({"a": "v3", "c": "v1"})
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,6 +65,32 @@ def test_deferred_until_the_holder_stops_then_applied_by_the_loop(make_scheduler
     assert any(getattr(r, "action", None) == "declarations_gone" for r in caplog.records)
     # The stored definition is ours now: the claimer no longer leaves it out.
     assert new.claimer.mismatched == {}
+
+
+def test_a_process_that_has_seen_many_sets_still_defers_to_every_live_holder(
+    make_scheduler, monkeypatch
+):
+    # The sets read are cached, sixteen at most; a new one emptied the cache and was read
+    # back alone, so the live processes whose sets had been cached dropped out of the
+    # answer, and the next reconciliation rewrote what one of them still declared.
+    from django_posixcron import deployments
+
+    monkeypatch.setattr(deployments, "_cache", {})
+    monkeypatch.setattr(deployments, "_SETS_CACHED", 2)
+    holder = make_scheduler(declarations=V1)
+    holder.reconcile()
+    # This process has seen the holder's set and another one: its cache is full.
+    deployments._hashes(holder.using, [holder.process.declaration_set])
+    deployments._hashes(holder.using, [deployments.record(holder.using, {"gone": "x"})])
+    second = make_scheduler(declarations=V2)
+    assert [d.name for d in second.reconcile().deferred] == ["a"]
+
+    # Live: the holder (its set cached) and the second deploy (its set not yet).
+    third = make_scheduler(declarations=V3)
+    result = third.reconcile()
+
+    assert "a" in [d.name for d in result.deferred]
+    assert hashes()["a"] == (V1["a"].definition_hash, True)
 
 
 @pytest.mark.parametrize("seen_live", [True, False])
