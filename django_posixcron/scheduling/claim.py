@@ -43,6 +43,7 @@ from django_posixcron.scheduling.alerts import any_overdue
 from django_posixcron.scheduling.compiled import QueryCache
 from django_posixcron.scheduling.counting import count_runs
 from django_posixcron.scheduling.outcomes import Outcome
+from django_posixcron.timing import next_occurrence, served_occurrence
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -600,9 +601,24 @@ class Claimer:
         running. Only the reason the refused run stood for (its occurrence, that retry, that
         request) stays consumed, and the cursor stays moved on. Rare (a conflict): one
         statement per run.
+
+        But not past an occurrence that nothing fired: a refused cron run's occurrence had
+        fired before a deploy set the cursor back to it (a changed schedule or zone, in the
+        minute it fired), and the claim moved the cursor past `now`. When the first claim
+        after that deploy came later than the next occurrence (a scheduler that stopped
+        right after starting, an outage), that occurrence was passed over without a run:
+        "after downtime a task fires once". The cursor goes to it instead, due at once.
         """
         for run in conflicted:
             task = run.task
+            next_run_at = task.next_run_at
+            declaration = self.declarations.get(task.name)
+            if run.trigger == Trigger.CRON and declaration is not None and next_run_at:
+                schedule, zone = declaration.schedule, declaration.timezone
+                served = served_occurrence(schedule, zone, run.scheduled_for)
+                following = next_occurrence(schedule, zone, served)
+                if following < next_run_at:
+                    next_run_at = following
             read = task.values_read()
             retry_at = task.retry_at if run.trigger == Trigger.RETRY else read.get("retry_at")
             requested = (
@@ -611,9 +627,10 @@ class Claimer:
                 else read.get("run_requested_at")
             )
             values = {
+                "next_run_at": next_run_at,
                 "retry_at": retry_at,
                 "run_requested_at": requested,
-                "due_at": due_at(task.next_run_at, retry_at, requested),
+                "due_at": due_at(next_run_at, retry_at, requested),
                 "last_run_started_at": read.get("last_run_started_at"),
             }
             Task.objects.using(self.using).filter(pk=task.pk).update(**values)

@@ -89,6 +89,37 @@ def test_an_occurrence_already_recorded_leaves_the_retry_and_the_request_it_did_
     assert [(run.trigger, run.attempt) for run in manual] == [(Trigger.MANUAL, 1)]
 
 
+def test_an_occurrence_missed_after_a_rearmed_minute_that_had_fired_still_fires_once(
+    tasks, make_scheduler, caplog
+):
+    # A daily 09:00 fired at 09:00; at 09:00:30 a deploy changed its zone (UTC to London, the
+    # same offset in January), and the cursor went back to 09:00, the current minute. The
+    # scheduler stopped, and the first tick after it came the next day at 09:10: its run
+    # conflicted with the 09:00 run and the cursor moved past 09:10, so the next day's
+    # 09:00 never fired (no run, no skip), where "after downtime a task fires once".
+    daily = T0.replace(hour=9)
+    task = tasks(schedule="0 9 * * *", timezone="Europe/London", next_run_at=daily)
+    Run.objects.create(
+        task=task, trigger=Trigger.CRON, status=RunStatus.SUCCEEDED, scheduled_for=daily
+    )
+    scheduler = make_scheduler()
+    later = daily + dt.timedelta(days=1, minutes=10)
+
+    with caplog.at_level(logging.INFO, logger="django_posixcron.scheduler"):
+        first = scheduler.tick(later)
+        second = scheduler.tick(later + dt.timedelta(seconds=1))
+    assert scheduler.wait_idle(10)
+
+    fired = first.claimed + second.claimed
+    assert [(run.trigger, run.scheduled_for) for run in fired] == [
+        (Trigger.CRON, daily + dt.timedelta(days=1))
+    ]
+    assert "already_fired" in [getattr(r, "action", "") for r in caplog.records]
+    task.refresh_from_db()
+    assert task.next_run_at == daily + dt.timedelta(days=2)  # then its schedule, once
+    assert Hit.objects.count() == 1
+
+
 def test_an_occurrence_already_recorded_leaves_the_retry_of_its_failure(tasks, make_scheduler):
     task = tasks(next_run_at=T0, retry_at=T0 + 5 * MINUTE, retry_occurrence=T0, retry_attempt=1)
     Run.objects.create(task=task, trigger=Trigger.CRON, status=RunStatus.FAILED, scheduled_for=T0)
