@@ -592,8 +592,10 @@ def _record_task_outcomes(
             retry_at = rules.retry_after_outcome(
                 o.status, o.finished_at, o.run.task.retry_delay, row["retry_at"]
             )
-            if retry_at is not None and retry_at != row["retry_at"]:
-                # The retry this failure sets up retries this run's occurrence, one attempt on.
+            if retry_at is not None and o.status in FAILURE_STATUSES:
+                # The retry this failure sets up retries this run's occurrence, one attempt on:
+                # also when an older occurrence's failure, written just before in the same
+                # batch, set up a retry at the same instant (two runs timed out at one tick).
                 row["retry_occurrence"] = occurrence
                 row["retry_attempt"] = o.run.attempt
             row["retry_at"] = retry_at

@@ -775,9 +775,11 @@ def test_a_sites_own_empty_value_display_stands(superuser, monkeypatch):
 
     monkeypatch.setattr(admin.site, "empty_value_display", "(none)")
     task = make_task(timeout=None, description="")
-    html = client_for(superuser).get(
-        reverse("admin:django_posixcron_task_change", args=[task.pk])
-    ).content.decode()
+    html = (
+        client_for(superuser)
+        .get(reverse("admin:django_posixcron_task_change", args=[task.pk]))
+        .content.decode()
+    )
     assert '<div class="readonly">(none)</div>' in html
 
 

@@ -197,6 +197,39 @@ def test_overlap_skip_records_a_skipped_run_and_allow_runs_both(tasks, make_sche
     assert skip.last_run_status == RunStatus.SUCCEEDED
 
 
+def test_two_overlapping_runs_failing_at_one_instant_leave_the_newer_ones_retry(
+    tasks, make_scheduler, gate
+):
+    # The 10:00 and 11:00 runs (overlap "allow") both timed out at one tick: the two
+    # failures set up a retry at the same instant, and the older, written first, kept it:
+    # the retry ran as attempt 2 of 10:00, and the 11:00 failure was never retried.
+    name, event = gate
+    task = tasks(
+        schedule="0 10,11 * * *",
+        callable_path="tests.testapp.jobs.blocked",
+        kwargs={"gate_name": name},
+        overlap="allow",
+        timeout=5400,
+        next_run_at=T0,
+    )
+    scheduler = make_scheduler()
+    scheduler.tick(T0)
+    scheduler.tick(T0 + HOUR)
+    judged = T0 + dt.timedelta(hours=2, minutes=35)
+
+    result = scheduler.tick(judged)
+    event.set()
+    finished(scheduler)
+
+    assert sorted(run.scheduled_for for run in result.timed_out) == [T0, T0 + HOUR]
+    task.refresh_from_db()
+    assert (task.retry_at, task.retry_occurrence, task.retry_attempt) == (
+        judged + dt.timedelta(seconds=300),
+        T0 + HOUR,
+        1,
+    )
+
+
 def test_a_manual_request_fires_as_manual(tasks, make_scheduler):
     task = tasks(next_run_at=T0 + HOUR)
     requested = T0 + dt.timedelta(minutes=7)
