@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from typing import Any
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
@@ -314,17 +315,26 @@ def test_a_row_edited_by_hand_does_not_stop_the_batch(tasks, make_scheduler):
         assert task.next_run_at == T0 + MINUTE, task.name
 
 
-def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
-    tasks, make_scheduler, lose_the_commits_reply, caplog
-):
-    # The runs were committed `running` on this live process: nobody marks them lost, and
-    # with overlap "skip" every later occurrence was skipped for them.
+def _committed_without_a_reply(
+    tasks: Any, make_scheduler: Any, lose_the_commits_reply: Any
+) -> tuple[Task, Any]:
+    """A minutely task claimed at T0 by a started scheduler whose claim committed and lost
+    its reply: the tick raised, its run is committed `running`."""
     task = tasks(next_run_at=T0, schedule="* * * * *")
     scheduler = make_scheduler()
     scheduler.start()
     lose_the_commits_reply(committed=True)
     with pytest.raises(OperationalError):
         scheduler.tick(T0)
+    return task, scheduler
+
+
+def test_a_claim_that_committed_before_its_reply_was_lost_starts_its_runs(
+    tasks, make_scheduler, lose_the_commits_reply, caplog
+):
+    # The runs were committed `running` on this live process: nobody marks them lost, and
+    # with overlap "skip" every later occurrence was skipped for them.
+    task, scheduler = _committed_without_a_reply(tasks, make_scheduler, lose_the_commits_reply)
     assert list(Run.objects.values_list("status", flat=True)) == [RunStatus.RUNNING]
 
     with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
@@ -355,12 +365,7 @@ def test_a_stop_before_the_database_answers_again_records_the_committed_runs_int
     # The process stopped (SIGTERM, or the end of --once) right after the lost reply: its
     # committed runs stayed `running` until the others marked them lost ("its outcome is
     # unknown") although their code never started, and the next occurrence took the retry.
-    task = tasks(next_run_at=T0, schedule="* * * * *")
-    scheduler = make_scheduler()
-    scheduler.start()
-    lose_the_commits_reply(committed=True)
-    with pytest.raises(OperationalError):
-        scheduler.tick(T0)
+    task, scheduler = _committed_without_a_reply(tasks, make_scheduler, lose_the_commits_reply)
 
     with caplog.at_level(logging.WARNING, logger="django_posixcron.scheduler"):
         scheduler.shutdown()
@@ -392,12 +397,7 @@ def test_a_refused_look_up_of_the_lost_claim_does_not_hold_the_rest_of_the_stop(
 
     from django_posixcron.scheduling.claim import Claimer
 
-    tasks(next_run_at=T0, schedule="* * * * *")
-    scheduler = make_scheduler()
-    scheduler.start()
-    lose_the_commits_reply(committed=True)
-    with pytest.raises(OperationalError):
-        scheduler.tick(T0)
+    _task, scheduler = _committed_without_a_reply(tasks, make_scheduler, lose_the_commits_reply)
 
     def refused(self, *args, **kwargs):
         raise ProgrammingError("permission denied for table django_posixcron_run")
