@@ -96,7 +96,7 @@ class TaskStateActions(TaskAdminBase):
             )
             return PAUSED
 
-        return self._state_view(request, object_id, self.has_pause_permission, change)
+        return self._state_view(request, object_id, self.has_pause_permission, change, _("Pause"))
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
@@ -115,7 +115,7 @@ class TaskStateActions(TaskAdminBase):
             )
             return RESUMED
 
-        return self._state_view(request, object_id, self.has_resume_permission, change)
+        return self._state_view(request, object_id, self.has_resume_permission, change, _("Resume"))
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
@@ -173,7 +173,7 @@ class TaskStateActions(TaskAdminBase):
             self._warn_no_scheduler(request, live)
             return REQUESTED
 
-        return self._state_view(request, object_id, self.has_run_permission, change)
+        return self._state_view(request, object_id, self.has_run_permission, change, _("Run now"))
 
     def _state_view(
         self,
@@ -181,7 +181,26 @@ class TaskStateActions(TaskAdminBase):
         object_id: str,
         allowed: Callable[[HttpRequest, Task | None], bool],
         change: Callable[[Task], str | None],
+        button: str,
     ) -> HttpResponse:
+        if request.method in ("GET", "HEAD"):
+            # A button pressed after the session ended comes back here from the login page,
+            # by GET: a GET changes nothing, so back to the task's page, saying so.
+            if not self.has_view_permission(request):
+                raise PermissionDenied
+            obj = self.get_object(request, unquote(object_id))
+            if obj is None:
+                raise Http404
+            self.message_user(
+                request,
+                gettext(
+                    "The task %(task)s was not changed: %(button)s acts only when its button "
+                    "on this page is pressed."
+                )
+                % {"button": button, "task": obj.name},
+                messages.WARNING,
+            )
+            return self._task_page(obj)
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not allowed(request, None):
@@ -193,6 +212,9 @@ class TaskStateActions(TaskAdminBase):
             self._warn_retired(request, 1)
         elif (done := change(obj)) is not None:
             self.log_change(request, obj, done)
+        return self._task_page(obj)
+
+    def _task_page(self, obj: Task) -> HttpResponseRedirect:
         return HttpResponseRedirect(
             reverse(
                 f"admin:{self.opts.app_label}_{self.opts.model_name}_change",

@@ -502,13 +502,40 @@ def test_state_views_leave_retired_tasks_alone(operator):
     assert (task.paused, task.run_requested_at) == (False, None)
 
 
-@pytest.mark.parametrize("action", ["pause", "resume", "run"])
-def test_state_views_refuse_get(operator, action):
-    task = make_task()
-    response = client_for(operator).get(action_url(task, action))
-    assert response.status_code == 405
+@pytest.mark.parametrize(
+    ("action", "button"), [("pause", "Pause"), ("resume", "Resume"), ("run", "Run now")]
+)
+def test_state_views_change_nothing_on_get(operator, action, button):
+    # The login page sends an operator whose session ended while pressing a button back to
+    # the button's URL by GET: the task's page, saying nothing was done, not a blank 405.
+    task = make_task(paused=action == "resume")
+    client = client_for(operator)
+    response = client.get(action_url(task, action), follow=True)
+    assert response.status_code == 200
+    assert response.redirect_chain == [(change_url(task), 302)]
+    text = response.content.decode()
+    assert f"The task {task.name} was not changed: {button} acts only when its button" in text
     task.refresh_from_db()
-    assert (task.paused, task.run_requested_at) == (False, None)
+    assert (task.paused, task.run_requested_at) == (action == "resume", None)
+    assert client.put(action_url(task, action)).status_code == 405
+
+
+def test_state_views_after_login_return_to_the_task(operator):
+    task = make_task()
+    client = Client()
+    response = client.post(action_url(task, "pause"))
+    login = response.headers["Location"]
+    assert login.startswith("/admin/login/")
+    response = client.post(login, {"username": operator.username, "password": "pw"}, follow=True)
+    assert response.redirect_chain[-1] == (change_url(task), 302)
+    assert "was not changed: Pause acts only" in response.content.decode()
+    task.refresh_from_db()
+    assert not task.paused
+
+
+def test_state_views_get_needs_view_permission(db):
+    task = make_task()
+    assert client_for(_staff("staff")).get(action_url(task, "pause")).status_code == 403
 
 
 @pytest.mark.parametrize(
