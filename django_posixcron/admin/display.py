@@ -12,8 +12,7 @@ from django.utils.formats import date_format, number_format
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
-from django.utils.translation import gettext, gettext_noop, ngettext
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext, gettext_noop, ngettext, pgettext_lazy
 
 from django_posixcron.conf import poll_interval_or_default
 from django_posixcron.db import DatabaseNow, app_alias, database_now, has_clock
@@ -21,7 +20,13 @@ from django_posixcron.models import FAILURE_STATUSES, RunStatus, SchedulerProces
 from django_posixcron.scheduling.rules import stale_after
 from django_posixcron.timing import expression, zone
 
-STATE_LABELS = {"active": _("active"), "paused": _("paused"), "retired": _("retired")}
+# In a context of their own: Django's catalogue translates a bare "active" (a user's), which
+# showed "Aktiv" beside an untranslated "paused" in a language this app has no catalogue for.
+STATE_LABELS = {
+    "active": pgettext_lazy("task state", "active"),
+    "paused": pgettext_lazy("task state", "paused"),
+    "retired": pgettext_lazy("task state", "retired"),
+}
 
 # The name of the annotation that carries the database's clock on each row of a list.
 ROW_NOW = "posixcron_now"

@@ -93,3 +93,13 @@ def test_the_history_entry_is_stored_in_english_whoever_acts(superuser, catalogu
     # The operator's own message is in their language.
     # (the admin capitalises each message's first letter)
     assert f"{task.name.capitalize()} pausiert." in response.content.decode()
+
+
+def test_the_task_states_are_not_taken_from_djangos_own_catalogue():
+    # Django's catalogue translates a bare "active" (a user's): "Aktiv" beside an English
+    # "paused" in a language this app has no catalogue for.
+    from django_posixcron.admin.display import STATE_LABELS
+
+    with translation.override("de"):
+        assert translation.gettext("active") != "active"  # Django's own, for its users
+        assert [str(label) for label in STATE_LABELS.values()] == ["active", "paused", "retired"]
