@@ -82,7 +82,8 @@ class _Hierarchy:
         self.instants: list[dt.datetime] | None = None
         paginator = getattr(cl, "paginator", None)
         # Counted (the count is cached on it), and not past the cap.
-        if "count" in vars(paginator or object()) and getattr(paginator, "capped", True) is False:
+        counted = "count" in getattr(paginator, "__dict__", {})
+        if counted and getattr(paginator, "capped", True) is False:
             self.instants = sorted(self.queryset.values_list(field, flat=True))
         # SQLite keeps no statistics unless someone runs ANALYZE: it answered each probe
         # under a filter of the list (status=succeeded) through the status index, sorting

@@ -682,3 +682,17 @@ def test_the_search_finds_runs_by_every_word_of_their_tasks_names(superuser, man
     assert found("nightly report") == {"nightly-report"}
     assert found('"nightly-e"') == {"nightly-export"}
     assert found("nothing") == set()
+
+
+def test_the_date_hierarchy_of_a_change_list_without_a_paginator(superuser):
+    # A project's own change list (a subclass that pages differently) may have none: the
+    # hierarchy reads the index per period instead of raising TypeError from vars().
+    from django_posixcron.templatetags.posixcron_admin import posixcron_date_hierarchy
+
+    task = make_task()
+    make_run(task, started_at=dt.datetime(2086, 1, 7, 3, 15, tzinfo=dt.UTC))
+    make_run(task, started_at=dt.datetime(2086, 2, 7, 3, 15, tzinfo=dt.UTC))
+    cl = client_for(superuser).get(LIST).context["cl"]
+    del cl.paginator
+    months = [choice["title"] for choice in posixcron_date_hierarchy(cl)["choices"]]
+    assert len(months) == 2
