@@ -159,8 +159,10 @@ class RunAdmin(Guarded, RunAdminBase):
         names, at 1.5 million runs); by the tasks' ids, a list of runs of a few tasks is what
         the task filter already reads.
         """
-        if not search_term:
-            return queryset, False
+        if not search_term or "\x00" in search_term:
+            # Guarded's NUL guard, which this search does not go through: PostgreSQL refuses
+            # NUL in a query, and no name holds it (an autocomplete on runs passes it on).
+            return (queryset.none() if search_term else queryset), False
         tasks = Task.objects.using(app_alias())
         for bit in smart_split(search_term):
             if bit.startswith(('"', "'")) and bit[0] == bit[-1]:

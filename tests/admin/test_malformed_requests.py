@@ -61,6 +61,21 @@ def test_an_autocomplete_term_holding_nul_finds_nothing(superuser, model, field)
     assert response.json()["results"] == []
 
 
+def test_the_run_search_of_a_term_holding_nul_finds_nothing(superuser, rf):
+    # An autocomplete on runs (a project's own model pointing at Run) passes the term on as
+    # it came: the run admin's own search must not send NUL to PostgreSQL (DataError).
+    from django.contrib import admin
+
+    from django_posixcron.models import Run
+
+    make_run(make_task())
+    request = rf.get("/")
+    request.user = superuser
+    run_admin = admin.site.get_model_admin(Run)
+    found, distinct = run_admin.get_search_results(request, Run.objects.all(), "a\x00b")
+    assert (list(found), distinct) == ([], False)
+
+
 @pytest.mark.parametrize("url", [TASKS, RUNS, PROCESSES])
 def test_a_search_holding_nul_is_still_a_search(superuser, url):
     make_run(make_task())
