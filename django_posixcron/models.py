@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Self
@@ -15,7 +16,7 @@ from django.utils import timezone as dj_timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_posixcron.db import database_now
-from django_posixcron.timing import require_aware
+from django_posixcron.timing import in_zone, require_aware
 
 if TYPE_CHECKING:
     from django_posixcron.cron import CronExpression
@@ -659,9 +660,15 @@ class Run(models.Model):
     def __str__(self) -> str:
         # The task's name when the task came with the run (the admin's pages select it),
         # else its id: printing a run never costs a query.
-        task = Run.task.field
-        which = self.task.name if task.is_cached(self) else self.task_id
-        return f"{which}:{self.trigger}@{self.scheduled_for.isoformat()}"
+        # With its task, the instant in the task's zone, as the admin shows every time of a
+        # run (its page's breadcrumb, the delete confirmation and messages print the run).
+        which: object = self.task_id
+        when = self.scheduled_for
+        if Run.task.field.is_cached(self):
+            which = self.task.name
+            with contextlib.suppress(ValueError, LookupError):  # a zone this host lacks
+                when = in_zone(when, self.task.timezone)
+        return f"{which}:{self.trigger}@{when.isoformat()}"
 
 
 class OverdueAlert(models.Model):

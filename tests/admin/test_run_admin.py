@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_posixcron.admin.filters import TASK_FILTER_CHOICES
-from django_posixcron.models import Run, RunStatus, Trigger
+from django_posixcron.models import Run, RunStatus, Task, Trigger
 from tests.admin.conftest import _staff, client_for, make_run, make_task
 
 pytestmark = pytest.mark.django_db
@@ -619,10 +619,16 @@ def test_a_repeated_hour_under_one_abbreviation_shows_its_offset():
 
 
 def test_a_run_is_named_by_its_task_on_its_page(superuser):
-    task = make_task(name="named")
-    run = make_run(task)
+    task = make_task(name="named", timezone="Asia/Kolkata")
+    run = make_run(task, started_at=dt.datetime(2086, 1, 7, 3, 15, tzinfo=dt.UTC))
     html = client_for(superuser).get(run_url(run)).content.decode()
-    assert f"named:cron@{run.scheduled_for.isoformat()}" in html  # the breadcrumb
+    # The breadcrumb: in the task's zone, as every other time of the page.
+    assert "named:cron@2086-01-07T08:45:00+05:30" in html
+    # A zone this host's zone files lack (another deploy's row): UTC.
+    Task.objects.filter(pk=task.pk).update(timezone="Mars/Olympus_Mons")
+    assert str(Run.objects.select_related("task").get(pk=run.pk)) == (
+        "named:cron@2086-01-07T03:15:00+00:00"
+    )
     # Without its task loaded, printing a run costs no query.
     bare = Run.objects.get(pk=run.pk)
     with CaptureQueriesContext(connection) as queries:
