@@ -96,7 +96,9 @@ class TaskStateActions(TaskAdminBase):
             )
             return PAUSED
 
-        return self._state_view(request, object_id, self.has_pause_permission, change, _("Pause"))
+        return self._state_view(
+            request, object_id, self.has_pause_permission, change, gettext("Pause")
+        )
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
@@ -115,7 +117,9 @@ class TaskStateActions(TaskAdminBase):
             )
             return RESUMED
 
-        return self._state_view(request, object_id, self.has_resume_permission, change, _("Resume"))
+        return self._state_view(
+            request, object_id, self.has_resume_permission, change, gettext("Resume")
+        )
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def change(task: Task) -> str | None:
@@ -173,7 +177,9 @@ class TaskStateActions(TaskAdminBase):
             self._warn_no_scheduler(request, live)
             return REQUESTED
 
-        return self._state_view(request, object_id, self.has_run_permission, change, _("Run now"))
+        return self._state_view(
+            request, object_id, self.has_run_permission, change, gettext("Run now")
+        )
 
     def _state_view(
         self,
