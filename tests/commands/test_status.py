@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import socket
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -273,6 +277,28 @@ def test_an_unreachable_database_is_one_line_and_exit_1(monkeypatch):
     assert out.strip().endswith(
         "error: database unavailable: connection refused; Is the server running?"
     )
+
+
+def test_an_unreachable_database_is_one_command_error_line_on_stderr(tmp_path):
+    # As the command's other errors: "CommandError: ...", not the name of a class of ours.
+    env = {
+        **os.environ,
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/nowhere",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "schedulerstatus"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: database unavailable: "), lines
 
 
 def test_ignore_unavailable_stays_healthy_only_through_an_outage(monkeypatch):

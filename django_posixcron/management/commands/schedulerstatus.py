@@ -129,8 +129,15 @@ def _ago(now: dt.datetime, then: dt.datetime | None) -> str:
     return f"{(now - then).total_seconds():.1f} s ago"
 
 
-class Unavailable(CommandError):
-    """The database could not be reached (not refused, not missing its migrations)."""
+def unavailable(message: str) -> CommandError:
+    """The database could not be reached (not refused, not missing its migrations).
+
+    A CommandError itself, not a subclass: Django prints the class's name before the
+    message ("CommandError: database unavailable: ..."), as for the command's other errors.
+    """
+    error = CommandError(message, returncode=1)
+    error.unavailable = True  # type: ignore[attr-defined]
+    return error
 
 
 class Command(common.Command):
@@ -182,7 +189,7 @@ class Command(common.Command):
         try:
             status = self._status(options)
         except CommandError as error:
-            ignored = isinstance(error, Unavailable) and options["ignore_unavailable"]
+            ignored = getattr(error, "unavailable", False) and options["ignore_unavailable"]
             if options["json"]:
                 # Still one JSON object on stdout, for whatever parses it: an unknown
                 # --database, a database that does not answer, a missed migration.
@@ -236,7 +243,7 @@ class Command(common.Command):
             # A probe wants a one-line answer, not a traceback.
             message = read_failure(using, exc, "the status query")
             if outage(exc) and message.startswith("database unavailable"):
-                raise Unavailable(message, returncode=1) from exc
+                raise unavailable(message) from exc
             raise CommandError(message, returncode=1) from exc
 
     def _print(self, status: Status) -> None:
