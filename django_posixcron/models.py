@@ -666,7 +666,8 @@ class Run(models.Model):
         when = self.scheduled_for
         if Run.task.field.is_cached(self):
             which = self.task.name
-            with contextlib.suppress(ValueError, LookupError):  # a zone this host lacks
+            # A zone this host lacks; an instant near year 9999 whose wall time is past it.
+            with contextlib.suppress(ValueError, LookupError, OverflowError):
                 when = in_zone(when, self.task.timezone)
         return f"{which}:{self.trigger}@{when.isoformat()}"
 

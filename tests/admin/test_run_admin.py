@@ -629,6 +629,11 @@ def test_a_run_is_named_by_its_task_on_its_page(superuser):
     assert str(Run.objects.select_related("task").get(pk=run.pk)) == (
         "named:cron@2086-01-07T03:15:00+00:00"
     )
+    # Its wall time past year 9999: UTC too.
+    last = make_run(make_task(), started_at=dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC))
+    assert str(Run.objects.select_related("task").get(pk=last.pk)).endswith(
+        "@9999-12-31T23:59:00+00:00"
+    )
     # Without its task loaded, printing a run costs no query.
     bare = Run.objects.get(pk=run.pk)
     with CaptureQueriesContext(connection) as queries:
