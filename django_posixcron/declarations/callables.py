@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import AsyncToSync
 from asgiref.sync import iscoroutinefunction as is_async_function
+from django.core.management import BaseCommand
 from django.utils.module_loading import import_string
 
 from django_posixcron.declarations.ids import (
@@ -70,6 +71,19 @@ def callable_path(value: object, path: KeyPath) -> str:
             Form.ASSIGNED,
             f"is not callable (it is {type(func).__name__} {show(func)}).",
             "Point it at a function or another callable.",
+        )
+    if inspect.isclass(func) and issubclass(func, BaseCommand):
+        # A crontab's `manage.py send_reminders` line, moved here: "succeeded" at every run
+        # while nothing ran.
+        module, _, _ = value.rpartition(".")
+        name = module.rpartition(".")[2] if ".management.commands." in module else "name"
+        raise Invalid(
+            E_NOT_PLAIN_FUNCTION,
+            Form.ASSIGNED,
+            "is a management command class; calling it only creates the command, which never "
+            "runs.",
+            'Declare "callable": "django.core.management.call_command" with "kwargs": '
+            f'{{"command_name": "{name}", ...its options}}.',
         )
     if inspect.isclass(func) and any("__call__" in vars(k) for k in func.__mro__[:-1]):
         # A class whose constructor does the work is run by calling it; one whose instances

@@ -199,6 +199,14 @@ CASES = [
         "module-level instance",
     ),
     (
+        "posixcron.E026",
+        one_task(schedule="0 3 * * *", callable="django.core.management.commands.check.Command"),
+        "is a management command class; calling it only creates the command, which never runs",
+        "'django.core.management.commands.check.Command'",
+        'Declare "callable": "django.core.management.call_command" with "kwargs": '
+        '{"command_name": "check", ...its options}.',
+    ),
+    (
         "posixcron.E016",
         one_task(schedule="0 3 * * *", callable="tests.testapp.jobs.noop", timezone="localtime"),
         "not a link to this host's zone",
@@ -785,3 +793,13 @@ class TestLoadAndChecks:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
         )
         assert out.stdout.strip() == "ok"
+
+
+def test_the_hint_for_a_management_command_is_a_valid_declaration():
+    # E026's hint for a command's class: call_command, the command's name as a keyword.
+    declared = one_task(
+        schedule="0 3 * * *",
+        callable="django.core.management.call_command",
+        kwargs={"command_name": "check", "verbosity": 0},
+    )
+    assert problems_for(declared) == []
