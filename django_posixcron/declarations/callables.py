@@ -80,8 +80,7 @@ def callable_path(value: object, path: KeyPath) -> str:
         raise Invalid(
             E_NOT_PLAIN_FUNCTION,
             Form.ASSIGNED,
-            "is a management command class; calling it only creates the command, which never "
-            "runs.",
+            "is a management command class; calling it only creates the command, which never runs.",
             'Declare "callable": "django.core.management.call_command" with "kwargs": '
             f'{{"command_name": "{name}", ...its options}}.',
         )
