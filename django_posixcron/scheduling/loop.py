@@ -364,6 +364,8 @@ class Scheduler:
         # until the first reading, and on a backend without a clock.
         self._clock_read: tuple[dt.datetime, float] | None = None
         self.overdue_watch = alerts.OverdueWatch(self.poll_interval)
+        # run_once() looks for overdue tasks once, after its claims, not in each tick.
+        self._overdue_after_claims = False
         # A wait longer than a heartbeat interval, and at least 5 s (a slow statement on a busy
         # server is not yet a stall), may have held the others' beats past their interval.
         self.outage = Outage(
@@ -591,7 +593,7 @@ class Scheduler:
                 self.clock_steps.read(self.now())
             # "A due task not claimed within POLL_INTERVAL"; by this host's estimate of the
             # database clock when no instant is given (a threshold, not a due-ness judgement).
-            if not self.clock_steps.holding():
+            if not self.clock_steps.holding() and not self._overdue_after_claims:
                 overdue_before = self.overdue_watch.threshold(now or self.now())
             probe_at = now or self.now()
             sent = time.monotonic()
@@ -837,6 +839,11 @@ class Scheduler:
         with self._serving():
             if self.process is None:
                 self.start()
+            # Looked for before the claim, a retry or a request due mid-minute (claims happen
+            # at minute boundaries when system cron runs --once) read as overdue, "not
+            # claimed", to the very invocation about to claim it: a warning mailed by cron at
+            # every retry. What the claims leave due is looked at once they are done.
+            self._overdue_after_claims = True
             with self.watchdog.watching("loop"):
                 result = self.tick()
             as_of, total = result.now, result
@@ -855,6 +862,8 @@ class Scheduler:
                     getattr(total, field).extend(getattr(result, field))
                 if result.next_due_at is None or result.next_due_at > as_of:
                     break
+            with self.watchdog.watching("loop"):
+                total.overdue.extend(self._overdue_left(as_of))
             while not self.stopping:
                 # Each wait lasts a heartbeat interval at most, unless writing the outcomes
                 # waits on the database: the watchdog then says so.
@@ -862,6 +871,14 @@ class Scheduler:
                     if self.wait_idle(self.heartbeat_every):
                         break
             return total
+
+    def _overdue_left(self, as_of: dt.datetime) -> list[Task]:
+        """Signal the tasks the claims left due for longer than POLL_INTERVAL at `as_of`
+        (held by another scheduler, declared differently by a live peer, ...)."""
+        if self.clock_steps.holding() or not self.notifier.alerting():
+            return []
+        before = as_of - dt.timedelta(seconds=self.poll_interval)
+        return alerts.signal_overdue(before, self.using, self.notifier)
 
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:

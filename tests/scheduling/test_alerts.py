@@ -189,6 +189,30 @@ def test_a_task_resumed_or_created_after_its_due_time_gets_a_poll_interval_first
     assert (sent["task"].name, sent["due_at"]) == ("elsewhere", T0)
 
 
+def test_once_signals_what_its_claims_leave_due_not_what_they_claim(
+    tasks, make_scheduler, received
+):
+    # `runscheduler --once` from system cron claims at minute boundaries: a retry that fell
+    # due 40 s before is claimed by this invocation. Looked for before the claim, it read as
+    # "overdue, not claimed" (a warning cron mailed at every retry). Another deploy's task,
+    # which nobody here may claim, is overdue.
+    from django_posixcron.db import database_now
+
+    now = database_now(app_alias())
+    tasks("retrying", next_run_at=now + HOUR, retry_at=now - dt.timedelta(seconds=40))
+    tasks("elsewhere", next_run_at=now - dt.timedelta(seconds=40))
+    Task.objects.filter(name="elsewhere").update(definition_hash="another-deploy")
+    Task.objects.update(updated_at=now - HOUR)
+
+    result = make_scheduler().run_once()  # POLL_INTERVAL = 1 s
+
+    assert [s["task"].name for s in received["overdue"]] == ["elsewhere"]
+    assert [task.name for task in result.overdue] == ["elsewhere"]
+    assert list(Run.objects.values_list("task__name", "trigger", "status")) == [
+        ("retrying", "retry", "succeeded")
+    ]
+
+
 def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
     tasks, make_scheduler, received, django_assert_max_num_queries
 ):
