@@ -78,13 +78,19 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
     """Refuse routers that send the app's models to an alias settings.DATABASES lacks."""
     from django_posixcron.db import app_alias
 
-    hint = (
-        "Make the router's db_for_write() for django_posixcron return an alias of "
-        "settings.DATABASES."
-    )
     try:
         app_alias()
     except ImproperlyConfigured as exc:  # an alias it lacks, or routers that raise
+        if isinstance(exc.__cause__, ImportError):
+            # A DATABASE_ROUTERS entry that does not import: its path, not its code.
+            hint = "Check the import path of each DATABASE_ROUTERS entry."
+        elif exc.__cause__ is not None:
+            hint = "Fix the router whose db_for_write() raised for django_posixcron's models."
+        else:
+            hint = (
+                "Make the router's db_for_write() for django_posixcron return an alias of "
+                "settings.DATABASES."
+            )
         return [checks.Error(str(exc), hint=hint, obj=None, id=E_UNKNOWN_ALIAS)]
     return []
 

@@ -51,14 +51,23 @@ class Raising:
 
 
 @pytest.mark.parametrize(
-    ("routers", "found"),
+    ("routers", "found", "hint"),
     [
-        ([Raising()], "RuntimeError: router boom"),
-        (["tests.testapp.routers.NoSuchRouter"], "ImportError: Module "),
+        ([Raising()], "RuntimeError: router boom", "Fix the router whose db_for_write() raised"),
+        (
+            ["tests.testapp.routers.NoSuchRouter"],
+            "ImportError: Module ",
+            "Check the import path of each DATABASE_ROUTERS entry.",
+        ),
+        (
+            ["tests.testapp.no_such_module.Router"],
+            "ModuleNotFoundError: No module named 'tests.testapp.no_such_module'",
+            "Check the import path of each DATABASE_ROUTERS entry.",
+        ),
     ],
-    ids=["raises", "does-not-import"],
+    ids=["raises", "does-not-import", "no-such-module"],
 )
-def test_routers_that_raise_are_a_check_error_not_a_traceback(monkeypatch, routers, found):
+def test_routers_that_raise_are_a_check_error_not_a_traceback(monkeypatch, routers, found, hint):
     from django.db import router
 
     from django_posixcron import checks as posixcron_checks
@@ -78,6 +87,7 @@ def test_routers_that_raise_are_a_check_error_not_a_traceback(monkeypatch, route
     assert error.id == "posixcron.E036"
     assert error.msg.startswith(f"DATABASE_ROUTERS raised {found}"), error.msg
     assert error.msg.endswith("choosing the database of django_posixcron's models.")
+    assert error.hint.startswith(hint), error.hint
     # The status command skips the system checks: it says the same in one line.
     router.__dict__.pop("routers", None)
     try:
