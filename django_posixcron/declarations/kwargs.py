@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,10 @@ def kwargs(value: object, path: KeyPath) -> dict[str, Any]:
         ) from None
     except (TypeError, ValueError) as error:
         detail = f"is not JSON-serialisable: {error}"
+        found = _unserialisable(dict(value), (), set())
+        if found is not None:
+            keys, bad = found
+            detail += f" (the value at {_under(path, keys)} is {type(bad).__name__} {show(bad)})"
         raise Invalid(E_KWARGS_JSON, Form.GOT, detail, JSON_HINT) from None
     if bad_key:
         keys, key = bad_key
@@ -110,6 +115,35 @@ def _under(path: KeyPath, keys: tuple[object, ...]) -> KeyPath:
     for step in keys:
         path = path / step
     return path
+
+
+def _unserialisable(
+    value: object, keys: tuple[object, ...], seen: set[int]
+) -> tuple[tuple[object, ...], object] | None:
+    """Return the keys leading to the first value json.dumps refuses in `value`, and it; None
+    when there is none to name (a loop of containers: json.dumps says so itself).
+
+    Only called once json.dumps has refused `value`, whose depth it walked without a
+    RecursionError: recursion is safe.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (keys, value)
+    if value is None or isinstance(value, (str, int)):
+        return None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return keys, value
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
+    for key, item in items:
+        found = _unserialisable(item, (*keys, key), seen)
+        if found is not None:
+            return found
+    return None
 
 
 def _outside_json_integers(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -201,3 +202,18 @@ def test_a_huge_integer_is_shown_shortened():
     assert msg.startswith(f"{KWARGS} holds the integer 1000000000")
     assert "... (4001 characters) at " in msg
     assert len(msg) < 1000
+
+
+@pytest.mark.parametrize(
+    ("label", "at", "what"),
+    [
+        ({"day": datetime.date(2024, 1, 1)}, "['label']['day']", "date datetime.date(2024, 1, 1)"),
+        ([1, {"ids": {3}}], "['label'][1]['ids']", "set {3}"),
+        ({"ratio": float("inf")}, "['label']['ratio']", "float inf"),
+    ],
+)
+def test_a_value_json_refuses_is_named_by_its_path(label, at, what):
+    # json.dumps says "Object of type date is not JSON serializable", not where.
+    check_id, msg, _ = only_problem({"label": label})
+    assert check_id == "posixcron.E015"
+    assert f"(the value at {KWARGS}{at} is {what})" in msg, msg
