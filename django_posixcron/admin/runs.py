@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
+from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -147,6 +148,25 @@ class RunAdmin(Guarded, RunAdminBase):
 
     class Media:
         css = {"all": ("django_posixcron/admin.css",)}
+
+    def get_urls(self) -> list[URLPattern]:
+        urls = super().get_urls()
+        # The list's Delete selected runs commits each batch of its own (see actions.py): a
+        # request Django wraps in one transaction (ATOMIC_REQUESTS on the runs' database)
+        # would hold every deleted row until the last batch.
+        try:
+            alias = app_alias()
+        except ImproperlyConfigured:
+            return urls  # posixcron.E036 says why
+        changelist = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        for url in urls:
+            if url.name == changelist:
+                view = url.callback
+                view._non_atomic_requests = {  # type: ignore[attr-defined]
+                    *getattr(view, "_non_atomic_requests", ()),
+                    alias,
+                }
+        return urls
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Run], search_term: str

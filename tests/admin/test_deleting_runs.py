@@ -208,3 +208,30 @@ def test_a_queued_run_is_kept_like_a_running_one(deleter):
     assert list(Run.objects.values_list("pk", flat=True)) == [queued.pk]
     single = reverse("admin:django_posixcron_run_delete", args=[queued.pk])
     assert client.post(single, {"post": "yes"}).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_batch_commits_of_its_own_under_atomic_requests(deleter, monkeypatch):
+    # ATOMIC_REQUESTS wrapped the whole request in one transaction: every deleted row held
+    # until the last batch, what the batches are there to avoid.
+    from django_posixcron.admin import actions
+
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    inside: list[bool] = []
+    real = actions.delete_in_batches
+
+    def delete_in_batches(queryset):
+        inside.append(connection.in_atomic_block)
+        return real(queryset)
+
+    monkeypatch.setattr(actions, "delete_in_batches", delete_in_batches)
+    task = make_task()
+    runs = [make_run(task, started_at=dt.datetime(2086, 1, 7, h, tzinfo=dt.UTC)) for h in (1, 2)]
+    form = {
+        "action": "delete_selected",
+        "post": "yes",
+        "_selected_action": [str(run.pk) for run in runs],
+    }
+    assert client_for(deleter).post(RUNS, form).status_code == 302
+    assert inside == [False]
+    assert not Run.objects.exists()
