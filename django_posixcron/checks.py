@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 W_SQLITE_DEFERRED = "posixcron.W001"
 W_NOT_SET = "posixcron.W004"
+W_ROUTED_AWAY = "posixcron.W005"
 E_UNKNOWN_ALIAS = "posixcron.E036"
 
 NOT_SET = "settings.POSIXCRON is not set: no task is declared."
@@ -79,7 +80,7 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
     from django_posixcron.db import app_alias
 
     try:
-        app_alias()
+        alias = app_alias()
     except ImproperlyConfigured as exc:  # an alias it lacks, or routers that raise
         if isinstance(exc.__cause__, ImportError):
             # A DATABASE_ROUTERS entry that does not import: its path, not its code.
@@ -92,7 +93,31 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
                 "settings.DATABASES."
             )
         return [checks.Error(str(exc), hint=hint, obj=None, id=E_UNKNOWN_ALIAS)]
-    return []
+    return _routed_away(alias)
+
+
+def _routed_away(alias: str) -> list[checks.CheckMessage]:
+    """Warn when the routers send the app's models to an alias where their allow_migrate()
+    refuses the app: `migrate` never creates its tables there (a router written with
+    allow_migrate() alone), and every page and command then meets "no such table"."""
+    from django_posixcron.models import Task
+
+    try:
+        if router.allow_migrate_model(alias, Task):
+            return []
+    except Exception:
+        return []  # a router that raises there: `migrate` says so itself
+    message = (
+        f"DATABASE_ROUTERS send django_posixcron's models to the database alias {alias!r} "
+        "(db_for_read() and db_for_write()), but their allow_migrate() refuses the app "
+        f"there: `migrate` does not create its tables on {alias!r}."
+    )
+    hint = (
+        "Route the app's models (db_for_read() and db_for_write()) to the alias where "
+        "allow_migrate() accepts them. If another alias of the same database has them, "
+        "silence posixcron.W005."
+    )
+    return [checks.Warning(message, hint=hint, obj=None, id=W_ROUTED_AWAY)]
 
 
 # The alias `runscheduler --database ALIAS` runs on, while its checks run: the one whose

@@ -121,3 +121,31 @@ def test_the_health_check_names_an_undefined_alias():
 
     with pytest.raises(ServiceUnavailable, match="The database alias 'nosuch' is not in settings"):
         check.run()
+
+
+class MigrateOnly:
+    """A router written with allow_migrate() alone: the app's tables go to "cron", its
+    models' reads and writes to "default"."""
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
+        if app_label == "django_posixcron":
+            return db == "cron"
+        return None
+
+
+def test_routers_keeping_the_app_off_the_alias_of_its_models_are_a_warning(settings):
+    def routed_away() -> list[checks.CheckMessage]:
+        return [m for m in checks.run_checks() if m.id == "posixcron.W005"]
+
+    assert routed_away() == []
+    settings.DATABASE_ROUTERS = [MigrateOnly()]
+
+    (warning,) = routed_away()
+
+    assert warning.level == checks.WARNING
+    assert warning.msg == (
+        "DATABASE_ROUTERS send django_posixcron's models to the database alias 'default' "
+        "(db_for_read() and db_for_write()), but their allow_migrate() refuses the app there: "
+        "`migrate` does not create its tables on 'default'."
+    )
+    assert "silence posixcron.W005" in (warning.hint or "")
