@@ -875,7 +875,7 @@ class Scheduler:
     def _overdue_left(self, as_of: dt.datetime) -> list[Task]:
         """Signal the tasks the claims left due for longer than POLL_INTERVAL at `as_of`
         (held by another scheduler, declared differently by a live peer, ...)."""
-        if self.clock_steps.holding() or not self.notifier.alerting():
+        if self.stopping or self.clock_steps.holding() or not self.notifier.alerting():
             return []
         before = as_of - dt.timedelta(seconds=self.poll_interval)
         return alerts.signal_overdue(before, self.using, self.notifier)
