@@ -100,9 +100,51 @@ def conflict(exc: BaseException) -> bool:
 def outage(exc: BaseException) -> bool:
     """Whether `exc` says the database is away or failing, so that the same work is worth
     trying again later, and not that it refused what was sent (which would fail forever)."""
+    if pg_read_only(exc):
+        return True
     if not isinstance(exc, (OperationalError, InterfaceError)):
         return False
     return not (exc.args and exc.args[0] in _MYSQL_VALUE_REFUSED)
+
+
+# MySQL's ER_OPTION_PREVENTS_STATEMENT (read_only, among other options) and ER_READ_ONLY_MODE.
+_MYSQL_READ_ONLY = frozenset({1290, 1836})
+
+
+def database_read_only(exc: BaseException) -> bool:
+    """Whether `exc` says the database refuses writes for now (read-only), on PostgreSQL or
+    MariaDB/MySQL: waited out as an outage, and said as what it is."""
+    if pg_read_only(exc):
+        return True
+    return (
+        isinstance(exc, OperationalError)
+        and bool(exc.args)
+        and exc.args[0] in _MYSQL_READ_ONLY
+        and "read" in str(exc).lower()
+    )
+
+
+def away(exc: BaseException) -> bool:
+    """Whether `exc` is one the scheduler waits out where it writes: the connection's errors,
+    and PostgreSQL's read-only database (pg_read_only())."""
+    return isinstance(exc, (OperationalError, InterfaceError)) or pg_read_only(exc)
+
+
+# PostgreSQL's read_only_sql_transaction.
+_PG_READ_ONLY = "25006"
+
+
+def pg_read_only(exc: BaseException) -> bool:
+    """Whether `exc` is PostgreSQL refusing a write because the database is read-only: a hot
+    standby, a primary a failover demoted, `default_transaction_read_only` set. The state
+    of the database, not a refusal of what was sent: waited out, as MariaDB's read-only
+    error (an OperationalError there). psycopg raises it as an InternalError, which the
+    outcome writes took for a refusal: a finished run's outcome was dropped, the run left
+    `running` for the life of the process, and every later run of an `overlap: skip` task
+    skipped."""
+    return isinstance(exc, DatabaseError) and (
+        getattr(exc.__cause__, "sqlstate", None) == _PG_READ_ONLY
+    )
 
 
 def read_only(exc: BaseException) -> bool:

@@ -22,13 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import (
-    DatabaseError,
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connections,
-)
+from django.db import DatabaseError, close_old_connections, connections
 from django.db.models import Exists, OuterRef
 from django.dispatch import receiver
 
@@ -37,6 +31,7 @@ from django_posixcron.context import RunContext
 from django_posixcron.db import (
     DatabaseNow,
     app_alias,
+    away,
     database_now,
     has_clock,
     one_line,
@@ -320,7 +315,9 @@ def _record(
     while True:
         try:
             return bool(write_outcomes([outcome], using, Notifier()))
-        except (OperationalError, InterfaceError) as exc:
+        except DatabaseError as exc:
+            if not away(exc):
+                raise
             connection = connections[using]
             failures += 1
             delay = rules.back_off(failures)

@@ -18,10 +18,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, connections
 
 from django_posixcron.context import RunContext
-from django_posixcron.db import one_line, outage
+from django_posixcron.db import away, one_line, outage
 from django_posixcron.executors import Executor, TaskCodeError, describe_exception
 from django_posixcron.log import get_logger
 from django_posixcron.models import Run, RunStatus
@@ -411,7 +411,9 @@ class Runs:
         try:
             self.flush()
             return True
-        except (OperationalError, InterfaceError) as exc:
+        except DatabaseError as exc:
+            if not away(exc):
+                raise
             # Kept in memory for the next attempt (a tick, or the shutdown's).
             logger.error(
                 "could not record %d outcome(s) yet, database unavailable: %s",

@@ -36,6 +36,7 @@ from django_posixcron.db import (
     close_outside_transactions,
     conflict,
     database_now,
+    database_read_only,
     fast_timestamps,
     has_clock,
     lock_not_granted,
@@ -44,6 +45,7 @@ from django_posixcron.db import (
     one_line,
     outage,
     own_connection,
+    pg_read_only,
     read_only,
 )
 from django_posixcron.executors import Executor, ThreadExecutor
@@ -191,6 +193,16 @@ class Outage:
                 delay,
                 one_line(exc),
                 migrate_command(self.using),
+                extra={"action": "db_error"},
+            )
+        elif log and database_read_only(exc):
+            logger.error(
+                "the database refuses writes, read-only (attempt %d), retrying in %.1f s: %s: "
+                "a standby, or a primary a failover demoted? The scheduler waits until it "
+                "accepts writes",
+                self.failures,
+                delay,
+                one_line(exc),
                 extra={"action": "db_error"},
             )
         elif log:
@@ -921,8 +933,9 @@ class Scheduler:
             return self._back_off(exc)
         except DatabaseError as exc:
             # Anything else from the driver (SQLite's "closed database", a missing table
-            # before migrate): the same back-off, with the traceback since it may be a bug.
-            return self._back_off(exc, exc_info=True)
+            # before migrate): the same back-off, with the traceback since it may be a bug;
+            # not for a read-only PostgreSQL (a standby, a demoted primary), an outage.
+            return self._back_off(exc, exc_info=not pg_read_only(exc))
         except Exception as exc:
             logger.exception("scheduler tick failed", extra={"action": "tick_error"})
             return self._back_off(exc, log=False)
@@ -953,7 +966,7 @@ class Scheduler:
             while not self.stopping:
                 try:
                     result = self.starting_up(prepare)
-                except (OperationalError, InterfaceError) as exc:
+                except DatabaseError as exc:
                     if not outage(exc) or read_only(exc):
                         raise  # refused what was sent: waiting would not change the answer
                     self._wake.clear()

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import DatabaseError, connections, transaction
 
-from django_posixcron.db import one_line, own_connection
+from django_posixcron.db import away, one_line, own_connection
 from django_posixcron.log import get_logger
 from django_posixcron.models import RunStatus
 from django_posixcron.scheduling import alerts, rules
@@ -251,9 +251,9 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
         try:
             try:
                 _never_started(scheduler)
-            except (OperationalError, InterfaceError):
-                raise  # the database away: tried again with the rest, as below
             except DatabaseError as exc:
+                if away(exc):
+                    raise  # the database away: tried again with the rest, as below
                 # Refused: the rest of the stop is still recorded, and the others mark
                 # that claim's runs lost.
                 logger.error(
@@ -278,7 +278,11 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                 log_unrecorded(runs.unrecorded_outcomes())
             mark_stopped(scheduler.using, scheduler.process)
             break
-        except (OperationalError, InterfaceError) as exc:
+        except DatabaseError as exc:
+            if not away(exc):
+                _unrecorded(exc, runs.unrecorded_outcomes())
+                _claim_unresolved(scheduler)
+                break
             # The database is away for a moment: what the grace period has left is spent
             # trying again, since a run whose callable returned must not end lost.
             failures += 1
@@ -297,10 +301,6 @@ def graceful(scheduler: Scheduler, receivers_drain: float) -> None:
                     connections[scheduler.using].close()
                 time.sleep(delay)
                 continue
-            _unrecorded(exc, runs.unrecorded_outcomes())
-            _claim_unresolved(scheduler)
-            break
-        except DatabaseError as exc:
             _unrecorded(exc, runs.unrecorded_outcomes())
             _claim_unresolved(scheduler)
             break

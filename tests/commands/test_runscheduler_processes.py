@@ -154,6 +154,47 @@ def test_a_database_that_refuses_the_commands_is_one_line_and_exit_1(
     assert reason in line, output
 
 
+def test_a_read_only_postgresql_is_waited_for_at_start_up(schedulers: Schedulers) -> None:
+    # A standby, or a primary a failover demoted, answers every write with "cannot execute
+    # ... in a read-only transaction" (an InternalError, not a connection error): the
+    # scheduler exited 1, "refused the start-up", into a restart loop under systemd or
+    # Kubernetes, for as long as the database stayed read-only. MariaDB's read-only error
+    # was waited out already.
+    only_on("postgresql", why="read-only by a role's default_transaction_read_only")
+    role = f"posixcron_standby_{os.getpid()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} LOGIN")
+        cursor.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cursor.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
+    try:
+        schedulers.configure(
+            {"minutely": record_task("minutely", "* * * * *")},
+            extra={"DB_SETTINGS": {"USER": role, "PASSWORD": ""}},
+        )
+        child = schedulers.start()
+        schedulers.wait_for(
+            lambda: "the database refuses writes, read-only (attempt 2)" in child.output(),
+            what="the read-only database to be waited for",
+        )
+        assert child.alive(), child.output()
+        assert "Traceback" not in child.output()
+
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER ROLE {role} SET default_transaction_read_only = off")
+        schedulers.wait_for(
+            lambda: "django-posixcron scheduler " in child.output(),
+            what="the scheduler to start once the database accepts writes",
+        )
+        child.signal(signal.SIGTERM)
+        assert child.wait() == 0, schedulers.outputs()
+    finally:
+        schedulers.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP OWNED BY {role}")
+            cursor.execute(f"DROP ROLE {role}")
+
+
 def test_a_database_file_deleted_under_a_running_scheduler_is_said_with_the_migrate_hint(
     schedulers: Schedulers, tmp_path: Path
 ) -> None:

@@ -628,3 +628,44 @@ def test_run_once_inside_a_callers_transaction_is_refused_and_leaves_it_open(tas
         assert connection.in_atomic_block
         assert Hit.objects.filter(task_name="before").exists()
     assert Hit.objects.filter(task_name="before").exists()
+
+
+def test_an_outcome_waits_out_a_read_only_postgresql(tasks, make_scheduler, caplog):
+    # A standby, or a primary a failover demoted: "cannot execute SELECT FOR UPDATE in a
+    # read-only transaction", an InternalError. Taken for a refusal of the outcome itself,
+    # the outcome was dropped ("giving up on it"): the run stayed `running` for the life of
+    # the process, every later occurrence of its `overlap: skip` task was skipped, and once
+    # the process stopped, the run was marked lost and ran again.
+    from tests.harness.processes import only_on
+
+    only_on("postgresql", why="PostgreSQL's read-only error is not a connection error")
+    from tests.harness.waiting import wait_until
+
+    tasks("short")
+    scheduler = make_scheduler()
+    [run] = scheduler.tick(T0).started
+    wait_until(lambda: scheduler.unrecorded == 1, what="the run to return")
+
+    # Every new connection to the test database is read-only; this one too, from the next
+    # transaction on.
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+        cursor.execute("SET default_transaction_read_only = on")
+    try:
+        with caplog.at_level(logging.ERROR, logger="django_posixcron"):
+            # Kept, as for a database that is away (each failed flush closes the connection
+            # and the next opens a new one, read-only as well).
+            scheduler.wait_idle(timeout=1)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET default_transaction_read_only = off")
+            cursor.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
+    assert scheduler.unrecorded == 1
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    assert not [r for r in caplog.records if getattr(r, "action", "") == "outcome_dropped"]
+    assert "read-only transaction" in caplog.text
+
+    # Writable again (a new connection): written, once.
+    assert scheduler.wait_idle(timeout=10)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
