@@ -212,7 +212,7 @@ def mark_lost(
     presumed = Run.objects.using(using).presumed_lost(process, heartbeat_before, now)
     outcomes = [
         Outcome(run, RunStatus.LOST, now, _why_lost(run, silence))
-        for run in presumed.select_related("task")
+        for run in presumed.select_related("task", "process")
     ]
     if not outcomes:
         return []
@@ -239,6 +239,15 @@ def _why_lost(run: Run, silence: str) -> str:
         return (
             f"Lost: worker {run.worker or 'unknown'} stopped heartbeating ({silence}) while "
             f"this run was running on backend {run.backend!r}; its outcome is unknown."
+        )
+    stopped = run.process.stopped_at if run.process is not None else None
+    if stopped is not None:
+        # It said it stopped (its shutdown could not write this outcome: the database was
+        # away, or refused writes): no silence to wait for, and none to report.
+        return (
+            f"Lost: scheduler process {run.process_label or 'unknown'} stopped at "
+            f"{stopped:%Y-%m-%d %H:%M:%S} UTC without recording this run's outcome; its "
+            "outcome is unknown."
         )
     return (
         f"Lost: scheduler process {run.process_label or 'unknown'} stopped heartbeating "

@@ -307,7 +307,10 @@ def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks
     orphan.refresh_from_db()
     healthy.refresh_from_db()
     assert orphan.status == RunStatus.LOST
-    assert "gone:1" in orphan.error
+    assert orphan.error == (
+        "Lost: scheduler process gone:1 stopped heartbeating (nothing heard for more than 30 "
+        "s) while this run was running; its outcome is unknown."
+    )
     assert healthy.status == RunStatus.RUNNING
     task.refresh_from_db()
     assert task.last_run_status == RunStatus.LOST
@@ -318,6 +321,33 @@ def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks
     finished(scheduler)
     assert [(r.trigger, r.status) for r in result.started] == [(Trigger.RETRY, RunStatus.SUCCEEDED)]
     assert Hit.objects.count() == 1
+
+
+def test_a_run_its_stopped_process_could_not_record_is_lost_as_stopped_not_silent(
+    tasks, make_scheduler
+):
+    # A shutdown that could not write an outcome (the database away or read-only) leaves
+    # its run `running` under a process that says it stopped: not "nothing heard for 30 s".
+    stopped_at = T0 - dt.timedelta(seconds=3)
+    gone = SchedulerProcess.objects.create(
+        hostname="gone", pid=1, last_heartbeat_at=stopped_at, stopped_at=stopped_at
+    )
+    run = Run.objects.create(
+        task=tasks(next_run_at=T0 + HOUR),
+        trigger=Trigger.CRON,
+        status=RunStatus.RUNNING,
+        scheduled_for=T0 - MINUTE,
+        started_at=T0 - MINUTE,
+        process=gone,
+        process_label="gone:1",
+    )
+
+    assert [r.pk for r in make_scheduler().tick(T0).lost] == [run.pk]
+    run.refresh_from_db()
+    assert run.error == (
+        "Lost: scheduler process gone:1 stopped at 2086-01-07 09:59:57 UTC without recording "
+        "this run's outcome; its outcome is unknown."
+    )
 
 
 def test_the_loop_wakes_for_the_retry_of_a_run_it_marked_lost(tasks, make_scheduler):
