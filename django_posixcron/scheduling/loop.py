@@ -890,7 +890,22 @@ class Scheduler:
         if self.stopping or self.clock_steps.holding() or not self.notifier.alerting():
             return []
         before = as_of - dt.timedelta(seconds=self.poll_interval)
-        return alerts.signal_overdue(before, self.using, self.notifier)
+        try:
+            return alerts.signal_overdue(before, self.using, self.notifier)
+        except DatabaseError as exc:
+            # Runs started by this invocation are still going: an alert that cannot be
+            # looked for must not end the wait for them (past --grace, they would be
+            # recorded interrupted while they run, and retried).
+            logger.error(
+                "could not look for overdue tasks: %s",
+                one_line(exc),
+                extra={"action": "db_error"},
+            )
+            connection = connections[self.using]
+            if not connection.in_atomic_block:  # not a caller's transaction
+                with contextlib.suppress(Exception):
+                    connection.close()
+            return []
 
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:

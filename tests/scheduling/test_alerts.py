@@ -213,6 +213,36 @@ def test_once_signals_what_its_claims_leave_due_not_what_they_claim(
     ]
 
 
+def test_once_waits_for_its_runs_when_the_overdue_look_fails(
+    tasks, make_scheduler, monkeypatch, caplog, gate
+):
+    # The look comes after the claims, while the runs go on: its failure (a connection
+    # blip) ended run_once, and the shutdown recorded the runs still going `interrupted`
+    # past the grace while their callables ran on (then retried: run twice).
+    from django.db import OperationalError
+
+    def refused(*args: Any, **kwargs: Any) -> list[Task]:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(alerts, "signal_overdue", refused)
+    name, event = gate
+    tasks("slow", callable_path="tests.testapp.jobs.blocked", kwargs={"gate_name": name})
+    from django_posixcron.db import database_now
+
+    now = database_now(app_alias())
+    Task.objects.update(next_run_at=now, due_at=now)
+    scheduler = make_scheduler(grace=0.2)
+    done = threading.Thread(target=scheduler.run_once)
+    with caplog.at_level(logging.ERROR, logger="django_posixcron"):
+        done.start()
+        wait_until(lambda: Run.objects.exists(), what="the run to start")
+        wait_until(lambda: "could not look for overdue tasks" in caplog.text, what="the look")
+        event.set()
+        done.join(20)
+    assert not done.is_alive()
+    assert list(Run.objects.values_list("status", flat=True)) == [RunStatus.SUCCEEDED]
+
+
 def test_a_backlog_of_overdue_tasks_is_signalled_once_each_a_batch_at_a_time(
     tasks, make_scheduler, received, django_assert_max_num_queries
 ):
