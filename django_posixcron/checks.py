@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
+from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
     from django_posixcron.declarations import TaskDeclaration
@@ -82,11 +83,8 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
     try:
         alias = app_alias()
     except ImproperlyConfigured as exc:  # an alias it lacks, or routers that raise
-        if isinstance(exc.__cause__, ImportError):
-            # A DATABASE_ROUTERS entry that does not import: its path, not its code.
-            hint = "Check the import path of each DATABASE_ROUTERS entry."
-        elif exc.__cause__ is not None:
-            hint = "Fix the router whose db_for_write() raised for django_posixcron's models."
+        if exc.__cause__ is not None:
+            hint = _router_hint()
         else:
             hint = (
                 "Make the router's db_for_write() for django_posixcron return an alias of "
@@ -94,6 +92,20 @@ def check_database_alias(app_configs: Any = None, **kwargs: Any) -> list[checks.
             )
         return [checks.Error(str(exc), hint=hint, obj=None, id=E_UNKNOWN_ALIAS)]
     return _routed_away(alias)
+
+
+def _router_hint() -> str:
+    """The hint for routers that raised: the entry that does not import, if one does not (an
+    ImportError from inside a router's db_for_write() is the router's code)."""
+    # The entries the router was given (Django's ConnectionRouter keeps them), else settings.
+    entries = getattr(router, "_routers", None) or getattr(settings, "DATABASE_ROUTERS", [])
+    for entry in entries:
+        if isinstance(entry, str):
+            try:
+                import_string(entry)
+            except Exception:
+                return f"Check the import path of the DATABASE_ROUTERS entry {entry!r}."
+    return "Fix the router whose db_for_write() raised for django_posixcron's models."
 
 
 def _routed_away(alias: str) -> list[checks.CheckMessage]:

@@ -50,6 +50,17 @@ class Raising:
     db_for_read = db_for_write
 
 
+class LazyImporting:
+    """A router that imports fine, and imports a missing module inside db_for_write()."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        import tests.testapp.lazily_missing  # type: ignore[import-not-found]  # noqa: F401
+
+        return None
+
+    db_for_read = db_for_write
+
+
 @pytest.mark.parametrize(
     ("routers", "found", "hint"),
     [
@@ -57,15 +68,22 @@ class Raising:
         (
             ["tests.testapp.routers.NoSuchRouter"],
             "ImportError: Module ",
-            "Check the import path of each DATABASE_ROUTERS entry.",
+            "Check the import path of the DATABASE_ROUTERS entry "
+            "'tests.testapp.routers.NoSuchRouter'.",
         ),
         (
             ["tests.testapp.no_such_module.Router"],
             "ModuleNotFoundError: No module named 'tests.testapp.no_such_module'",
-            "Check the import path of each DATABASE_ROUTERS entry.",
+            "Check the import path of the DATABASE_ROUTERS entry "
+            "'tests.testapp.no_such_module.Router'.",
+        ),
+        (
+            [LazyImporting()],
+            "ModuleNotFoundError: No module named 'tests.testapp.lazily_missing'",
+            "Fix the router whose db_for_write() raised",
         ),
     ],
-    ids=["raises", "does-not-import", "no-such-module"],
+    ids=["raises", "does-not-import", "no-such-module", "imports-inside"],
 )
 def test_routers_that_raise_are_a_check_error_not_a_traceback(monkeypatch, routers, found, hint):
     from django.db import router
