@@ -242,8 +242,8 @@ def _why_lost(run: Run, silence: str) -> str:
         )
     stopped = run.process.stopped_at if run.process is not None else None
     if stopped is not None:
-        # It said it stopped (its shutdown could not write this outcome: the database was
-        # away, or refused writes): no silence to wait for, and none to report.
+        # It said it stopped, but could not write this outcome (its rows held by a frozen
+        # transaction past the grace, or the outcome refused): no silence to report.
         return (
             f"Lost: scheduler process {run.process_label or 'unknown'} stopped at "
             f"{stopped:%Y-%m-%d %H:%M:%S} UTC without recording this run's outcome; its "

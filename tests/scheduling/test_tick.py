@@ -326,8 +326,9 @@ def test_runs_of_a_process_that_stopped_heartbeating_become_lost_and_retry(tasks
 def test_a_run_its_stopped_process_could_not_record_is_lost_as_stopped_not_silent(
     tasks, make_scheduler
 ):
-    # A shutdown that could not write an outcome (the database away or read-only) leaves
-    # its run `running` under a process that says it stopped: not "nothing heard for 30 s".
+    # A shutdown that recorded its stop but not an outcome (its row held past the grace, or
+    # the outcome refused) leaves its run `running` under a process that says it stopped:
+    # not "nothing heard for 30 s".
     stopped_at = T0 - dt.timedelta(seconds=3)
     gone = SchedulerProcess.objects.create(
         hostname="gone", pid=1, last_heartbeat_at=stopped_at, stopped_at=stopped_at
