@@ -91,6 +91,10 @@ class Heartbeat(Periodic):
         # silence from then on counts, or a database lost within the first poll interval went
         # unnoticed, and peers that retired what this process declares were never undone.
         self._last_beat: float | None = time.monotonic()
+        # The end of the last beat, written or failed: how long a beat was held up is
+        # counted from it (from the last written one, the beat after a failure had "waited"
+        # the retry interval slept after it).
+        self._last_attempt: float | None = self._last_beat
         self._silence: float | None = None
         # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
         self._queries = QueryCache(using)
@@ -118,6 +122,7 @@ class Heartbeat(Periodic):
     def _beaten(self) -> None:
         at = time.monotonic()
         last, self._last_beat = self._last_beat, at
+        self._last_attempt = at
         if last is not None and self._stale_after is not None and at - last > self._stale_after:
             self._silence = at - last
 
@@ -152,7 +157,7 @@ class Heartbeat(Periodic):
         own_connection(self.using)
         try:
             while not self._stop.wait(self.every):
-                last = self._last_beat
+                last = self._last_attempt
                 try:
                     if self._watchdog is None:
                         self.beat()
@@ -176,12 +181,13 @@ class Heartbeat(Periodic):
             connections.close_all()
 
     def _failed(self, exc: DatabaseError) -> None:
-        if self._stalled is not None and self._last_beat is not None:
+        if self._stalled is not None and self._last_attempt is not None:
             # A lock not granted in time fails the others' beats as it fails ours. How long
             # this beat waited: the time since the last one less the interval slept between
             # them, as for a beat that succeeds. A beat refused at once (a server shutting
             # down) waited nothing, and holds judging the others for nothing.
-            self._stalled(time.monotonic() - self._last_beat - self.every, "the heartbeat")
+            self._stalled(time.monotonic() - self._last_attempt - self.every, "the heartbeat")
+        self._last_attempt = time.monotonic()
         if not self._failing:
             logger.error(
                 "heartbeat failed, retrying every %.0f s: %s",

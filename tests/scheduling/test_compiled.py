@@ -284,10 +284,45 @@ def test_a_beat_refused_at_once_holds_judging_the_others_for_nothing() -> None:
         running=list,
         stalled=lambda waited, what: waits.append(waited),
     )
-    heartbeat._last_beat = time.monotonic() - 10.0  # the last beat, an interval ago
+    heartbeat._last_attempt = time.monotonic() - 10.0  # the last beat, an interval ago
     heartbeat._failed(OperationalError("the database system is shutting down"))
-    heartbeat._last_beat = time.monotonic() - 40.0  # one that hung for 30 s, then failed
+    heartbeat._last_attempt = time.monotonic() - 40.0  # one that hung for 30 s, then failed
     heartbeat._failed(OperationalError("server closed the connection unexpectedly"))
 
     assert waits[0] == pytest.approx(0.0, abs=0.5)
     assert waits[1] == pytest.approx(30.0, abs=0.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_beat_after_a_failed_one_is_not_taken_for_held_up() -> None:
+    # Counted from the last beat written, the beat after one refused at once "waited" the
+    # retry interval slept after the failure: "the heartbeat waited 1.0 s on the database",
+    # and judging the others held for the stale limit, for nothing.
+    import threading
+
+    from django.db import OperationalError
+
+    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    waits: list[float] = []
+    beaten = threading.Event()
+    heartbeat = Heartbeat(
+        "default", process, every=1.0, running=list, stalled=lambda w, what: waits.append(w)
+    )
+    real_beat, calls = heartbeat.beat, []
+
+    def beat(now: dt.datetime | None = None) -> None:
+        calls.append(now)
+        if len(calls) == 1:
+            raise OperationalError("terminating connection due to administrator command")
+        real_beat(now)
+        beaten.set()
+
+    heartbeat.beat = beat  # type: ignore[method-assign]
+    heartbeat.start()
+    try:
+        assert beaten.wait(20), "no beat was written after the failed one"
+    finally:
+        heartbeat.stop()
+    # The failed beat and the next, written one: each waited about nothing.
+    assert len(waits) >= 2, waits
+    assert all(wait < 0.5 for wait in waits), waits
