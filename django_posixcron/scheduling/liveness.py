@@ -98,7 +98,8 @@ class Heartbeat(Periodic):
         self._silence: float | None = None
         # The beat's UPDATE, compiled once per shape; safe on either thread (no converters).
         self._queries = QueryCache(using)
-        self._failing = False
+        # The cause of the failing beats (_cause()), or False while they are written.
+        self._failing: tuple[object, ...] | bool = False
 
     def beat(self, now: dt.datetime | None = None) -> None:
         """Write one heartbeat: `now`, else the database's own clock (in the statement)."""
@@ -188,18 +189,30 @@ class Heartbeat(Periodic):
             # down) waited nothing, and holds judging the others for nothing.
             self._stalled(time.monotonic() - self._last_attempt - self.every, "the heartbeat")
         self._last_attempt = time.monotonic()
-        if not self._failing:
+        # Said once per cause, not at every retry: a connection terminated, then a database
+        # that answers read-only, is two things to know.
+        cause = _cause(exc)
+        if self._failing != cause:
             logger.error(
                 "heartbeat failed, retrying every %.0f s: %s",
                 self.every,
                 one_line(exc),
                 extra={"action": "heartbeat_error"},
             )
-        self._failing = True
+        self._failing = cause
         try:
             connections[self.using].close()
         except Exception:
             logger.debug("closing the heartbeat's broken connection failed", exc_info=True)
+
+
+def _cause(exc: BaseException) -> tuple[object, ...]:
+    """What kind of database error `exc` is: its class and the driver's code (PostgreSQL's
+    SQLSTATE, MySQL's error number), not its text (which may name pids or instants)."""
+    code = getattr(exc.__cause__, "sqlstate", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    return (type(exc), code)
 
 
 def mark_lost(

@@ -267,6 +267,49 @@ def test_the_heartbeat_says_when_it_beats_again_after_failing(
     assert actions.index("heartbeat_error") < actions.index("heartbeat_recovered")
 
 
+def test_the_heartbeat_says_each_cause_of_its_failures_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A connection terminated, then a database that answers read-only (a failover's demoted
+    # primary): only the first was said, and the read-only cause never reached the log.
+    import logging
+
+    from django.db import InternalError, OperationalError
+
+    from tests.harness.waiting import wait_until
+
+    class ReadOnlySqlTransaction(Exception):
+        sqlstate = "25006"
+
+    read_only = InternalError("cannot execute UPDATE in a read-only transaction")
+    read_only.__cause__ = ReadOnlySqlTransaction()
+    terminated = OperationalError("terminating connection due to administrator command")
+    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
+    heartbeat = Heartbeat("default", process, every=0.02, running=list)
+    real_beat, failures = heartbeat.beat, [read_only, read_only, terminated, terminated]
+
+    def beat(now: dt.datetime | None = None) -> None:
+        if failures:
+            raise failures.pop()
+        real_beat(now)
+
+    heartbeat.beat = beat  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, logger="django_posixcron")
+    heartbeat.start()
+    try:
+        wait_until(
+            lambda: any(getattr(r, "action", "") == "heartbeat_recovered" for r in caplog.records),
+            10,
+            "the heartbeat to say it beats again",
+        )
+    finally:
+        heartbeat.stop()
+    said = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "heartbeat_error"]
+    assert len(said) == 2, said
+    assert "terminating connection" in said[0]
+    assert "read-only transaction" in said[1]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_beat_refused_at_once_holds_judging_the_others_for_nothing() -> None:
     # Counted from the last beat, a beat refused at once (a server shutting down) "waited"
