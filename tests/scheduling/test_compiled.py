@@ -230,20 +230,16 @@ def test_locked_rows_skips_a_row_another_transaction_holds() -> None:
     assert got == [{"pk": free.pk}]
 
 
-def test_the_heartbeat_says_when_it_beats_again_after_failing(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # It logged each failure and never its recovery: a log of "heartbeat failed" lines left
-    # the reader guessing whether the process was alive.
+def beat_through(failures: list[Exception], caplog: pytest.LogCaptureFixture) -> None:
+    """Run a real heartbeat whose beats raise `failures` (last first), until it says it
+    beats again."""
     import logging
-
-    from django.db import OperationalError
 
     from tests.harness.waiting import wait_until
 
     process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
     heartbeat = Heartbeat("default", process, every=0.02, running=list)
-    real_beat, failures = heartbeat.beat, [OperationalError("server closed the connection")] * 2
+    real_beat = heartbeat.beat
 
     def beat(now: dt.datetime | None = None) -> None:
         if failures:
@@ -261,6 +257,16 @@ def test_the_heartbeat_says_when_it_beats_again_after_failing(
         )
     finally:
         heartbeat.stop()
+
+
+def test_the_heartbeat_says_when_it_beats_again_after_failing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It logged each failure and never its recovery: a log of "heartbeat failed" lines left
+    # the reader guessing whether the process was alive.
+    from django.db import OperationalError
+
+    beat_through([OperationalError("server closed the connection")] * 2, caplog)
     actions = [getattr(r, "action", "") for r in caplog.records]
     assert actions.count("heartbeat_error") == 1
     assert actions.count("heartbeat_recovered") == 1
@@ -272,11 +278,7 @@ def test_the_heartbeat_says_each_cause_of_its_failures_once(
 ) -> None:
     # A connection terminated, then a database that answers read-only (a failover's demoted
     # primary): only the first was said, and the read-only cause never reached the log.
-    import logging
-
     from django.db import InternalError, OperationalError
-
-    from tests.harness.waiting import wait_until
 
     class ReadOnlySqlTransaction(Exception):
         sqlstate = "25006"
@@ -284,26 +286,7 @@ def test_the_heartbeat_says_each_cause_of_its_failures_once(
     read_only = InternalError("cannot execute UPDATE in a read-only transaction")
     read_only.__cause__ = ReadOnlySqlTransaction()
     terminated = OperationalError("terminating connection due to administrator command")
-    process = SchedulerProcessFactory.create(last_heartbeat_at=NOW)
-    heartbeat = Heartbeat("default", process, every=0.02, running=list)
-    real_beat, failures = heartbeat.beat, [read_only, read_only, terminated, terminated]
-
-    def beat(now: dt.datetime | None = None) -> None:
-        if failures:
-            raise failures.pop()
-        real_beat(now)
-
-    heartbeat.beat = beat  # type: ignore[method-assign]
-    caplog.set_level(logging.INFO, logger="django_posixcron")
-    heartbeat.start()
-    try:
-        wait_until(
-            lambda: any(getattr(r, "action", "") == "heartbeat_recovered" for r in caplog.records),
-            10,
-            "the heartbeat to say it beats again",
-        )
-    finally:
-        heartbeat.stop()
+    beat_through([read_only, read_only, terminated, terminated], caplog)
     said = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "heartbeat_error"]
     assert len(said) == 2, said
     assert "terminating connection" in said[0]
