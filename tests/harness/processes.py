@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from django_posixcron.models import SchedulerProcess
@@ -101,6 +103,7 @@ class Child:
     ) -> None:
         self.label = label
         self.args = args
+        self.command = command
         self.log = log
         self._log_file = log.open("wb")
         self.popen = subprocess.Popen(
@@ -330,16 +333,20 @@ def schedulers(transactional_db: None, tmp_path: Path) -> Iterator[Schedulers]:
     # children's PYTHONWARNINGS=error makes an error, raised in a __del__) cannot fail the
     # child: Python prints "Exception ignored" and exits with the status it had. Look for it.
     # The report's first line names what was ignored: it is what a CI summary prints.
-    ignored = {c.label: what_was_ignored(c.output()) for c in harness.children}
+    ignored = {
+        c.label: what_was_ignored(c.output(), tolerate=redis_socket_at_exit(c.command))
+        for c in harness.children
+    }
     ignored = {label: what for label, what in ignored.items() if what}
     assert not ignored, f"ignored exceptions: {ignored}\n{harness.outputs()}"
 
 
-def what_was_ignored(output: str) -> str:
+def what_was_ignored(output: str, *, tolerate: re.Pattern[str] | None = None) -> str:
     """Return the first "Exception ignored" report in `output` on one line, or "".
 
     Python prints it over several lines: "Exception ignored in: <where>", the traceback if
     there is one, then the exception itself (the first line after them that is not indented).
+    A report whose line matches `tolerate` is passed over, not the ones after it.
     """
     lines = output.splitlines()
     for i, line in enumerate(lines):
@@ -350,8 +357,26 @@ def what_was_ignored(output: str) -> str:
             for later in lines[i + 1 : i + 40]
             if later.strip() and not later.startswith((" ", "Traceback"))
         )
-        return f"{line.strip()} -> {next(rest, '(no exception line)').strip()}"
+        report = f"{line.strip()} -> {next(rest, '(no exception line)').strip()}"
+        if tolerate is None or not tolerate.search(report):
+            return report
     return ""
+
+
+def redis_socket_at_exit(command: str) -> re.Pattern[str] | None:
+    """For an RQ worker, the report of its own Redis socket left open as it exits; else None.
+
+    An RQ worker stopped by SIGTERM can exit with a socket redis-py left open to the Redis
+    server (most likely its pub/sub thread's: a daemon thread reading the worker's command
+    channel, which RQ joins for one second only), and the interpreter's finaliser reports it:
+    a ResourceWarning raised in a __del__ at exit, seen once in CI after many clean runs. The
+    socket is RQ's, not this package's (the package opens none in a worker; its database
+    drivers are C clients), so only that report is passed over, and only in an RQ worker.
+    """
+    if command != "rqworker":
+        return None
+    port = settings.RQ_QUEUES["default"]["PORT"]
+    return re.compile(rf"ResourceWarning: unclosed <socket\.socket .*raddr=\('[^']*', {port}\)>")
 
 
 def running(pid: int) -> bool:
