@@ -176,15 +176,16 @@ def sqlite_transaction_mode_warnings(
     if not str(database.get("ENGINE", "")).endswith("sqlite3"):
         return []
     mode = (database.get("OPTIONS") or {}).get("transaction_mode")
-    if str(mode).upper() == "IMMEDIATE":
+    # EXCLUSIVE takes the write lock at BEGIN too (and in WAL mode is IMMEDIATE): writers wait.
+    if str(mode).upper() in ("IMMEDIATE", "EXCLUSIVE"):
         return []
     path = f"settings.DATABASES[{alias!r}]['OPTIONS']['transaction_mode']"
     found = "is not set" if mode is None else f"is {mode!r}"
     return [
         checks.Warning(
-            f"{path} {found}: django-posixcron on SQLite needs 'IMMEDIATE' transactions, or "
-            "a scheduler and another writer (a second scheduler, the admin) collide with "
-            "'database is locked' errors.",
+            f"{path} {found}: django-posixcron on SQLite needs 'IMMEDIATE' (or 'EXCLUSIVE') "
+            "transactions, or a scheduler and another writer (a second scheduler, the admin) "
+            "collide with 'database is locked' errors.",
             hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to '
             f"DATABASES[{alias!r}] (Django 5.1 or later), or use PostgreSQL for several "
             "schedulers.",

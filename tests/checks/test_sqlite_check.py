@@ -23,7 +23,7 @@ def entry(engine: str, options: dict[str, Any] | None) -> dict[str, Any]:
         (None, "is not set"),
         ({}, "is not set"),
         ({"transaction_mode": "DEFERRED"}, "is 'DEFERRED'"),
-        ({"transaction_mode": "EXCLUSIVE", "timeout": 20}, "is 'EXCLUSIVE'"),
+        ({"transaction_mode": "deferred", "timeout": 20}, "is 'deferred'"),
     ],
 )
 def test_sqlite_without_immediate_is_a_warning_that_says_what_to_set(options, found):
@@ -44,6 +44,8 @@ def test_sqlite_without_immediate_is_a_warning_that_says_what_to_set(options, fo
     [
         ("django.db.backends.sqlite3", {"transaction_mode": "IMMEDIATE"}),
         ("django.db.backends.sqlite3", {"transaction_mode": "immediate", "timeout": 5}),
+        # The write lock at BEGIN as well (readers wait for it too, outside WAL mode).
+        ("django.db.backends.sqlite3", {"transaction_mode": "EXCLUSIVE"}),
         ("django.db.backends.postgresql", None),
         ("django.db.backends.mysql", {"charset": "utf8mb4"}),
     ],
