@@ -503,8 +503,8 @@ def _serialised(alias: str) -> Iterator[None]:
                 # For the lock and the rows locked after it, for this transaction only.
                 cursor.execute(f"SET LOCAL lock_timeout = '{MYSQL_LOCK_TIMEOUT * 1000:d}ms'")
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PG_LOCK_KEY])
-        # SQLite: with "transaction_mode": "IMMEDIATE" (the documented setting) BEGIN takes
-        # the write lock, which serialises writers.
+        # SQLite: with "transaction_mode": "IMMEDIATE" (the documented setting) or
+        # "EXCLUSIVE", BEGIN takes the write lock, which serialises writers.
         yield
 
 

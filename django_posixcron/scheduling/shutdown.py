@@ -552,7 +552,7 @@ def forced_exit(
         # on executing after its run is recorded as ended would run twice once retried.
         outcomes = take_outcomes()
         kill_children()
-        # Session settings before BEGIN (SQLite's IMMEDIATE waits for the lock at BEGIN);
+        # Session settings before BEGIN (SQLite's IMMEDIATE or EXCLUSIVE waits for the lock there);
         # PostgreSQL's SET LOCAL inside, where it lasts just this transaction.
         postgresql = connections[using].vendor == "postgresql"
         if not postgresql:
