@@ -104,8 +104,25 @@ def execute(run_id: int, database: str | None = None) -> None:
     # callable), which takes a while, and a stop signal landing there (db_worker's second
     # SIGTERM) must leave the run queued for another worker, not `running` on a worker gone.
     declaration, refusal = _declaration_for(run)
-    if not _flip(run, using):
-        return
+    handlers = _signal_handlers()  # db_worker's handler puts the default back as it runs
+    try:
+        if not _flip(run, using):
+            return
+    except BaseException as exc:
+        # Its update commits on its own, and a stop signal's handler runs as the driver
+        # returns from it (or from the task's dating after it): the run may be running here.
+        try:
+            _stopped_while_starting(run, exc, handlers | _signal_handlers(), using)
+        except Exception:
+            logger.exception(
+                "run %s of task %s: the worker was stopped as it took the run, and whether "
+                "it is running here could not be recorded; if it is, it ends lost once its "
+                "heartbeat is stale",
+                run.pk,
+                run.task.name,
+                extra={"action": "db_error", "task": run.task.name, "run_id": run.pk},
+            )
+        raise
     if declaration is None:
         _record(run, RunStatus.FAILED, _finish(run, time.monotonic()), refusal, "", using)
         return
@@ -134,14 +151,49 @@ def _flip(run: Run, using: str) -> bool:
         )
         return False
     run.status, run.started_at, run.heartbeat_at, run.worker = RunStatus.RUNNING, now, now, label
-    # The claim dated the task's last run when it queued it; the run starts now. Unless a
-    # later run of the task was claimed meanwhile, the task's last run starts now too, so
-    # that its "last run" reads as the run's own start and duration, not the queue's wait.
+    _date_last_run(run, now, using)
+    return True
+
+
+def _date_last_run(run: Run, now: dt.datetime, using: str) -> None:
+    """The claim dated the task's last run when it queued it; the run starts now. Unless a
+    later run of the task was claimed meanwhile, the task's last run starts now too, so that
+    its "last run" reads as the run's own start and duration, not the queue's wait."""
     later = Run.objects.using(using).filter(task_id=OuterRef("pk"), pk__gt=run.pk)
     Task.objects.using(using).filter(pk=run.task_id, last_run_started_at__lt=now).exclude(
         Exists(later)
     ).update(last_run_started_at=now)
-    return True
+
+
+def _stopped_while_starting(
+    run: Run, exc: BaseException, handlers: frozenset[types.CodeType], using: str
+) -> None:
+    """Record the run lost if a stop signal landed while it was taken running here.
+
+    db_worker's second SIGTERM in the flip's statements, after the run's own update
+    committed (it waits on the database, and the handler runs as it returns), left the run
+    `running` on a worker that was gone, lost only once its heartbeat went stale. Whether the
+    update went through is read back: running here, it ends lost now (its retry rule
+    applies); still queued, it is left to another worker.
+    """
+    if not _stops_the_worker(exc, handlers):
+        return
+    _drop_connection(using)  # the signal may have cut a statement off mid-way
+    label = worker_label()
+    started = (
+        Run.objects.using(using)
+        .filter(pk=run.pk, status=RunStatus.RUNNING, worker=label)
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if started is None:
+        return
+    run.status, run.started_at, run.worker = RunStatus.RUNNING, started, label
+    error = cap(
+        f"Lost: worker {label} was stopped while this run was starting "
+        f"({describe_exception(exc)}); it did not run."
+    )
+    _record(run, RunStatus.LOST, database_now(using), error, "", using)
 
 
 def _declaration_for(run: Run) -> tuple[TaskDeclaration | None, str]:

@@ -657,6 +657,46 @@ def test_a_stop_signal_before_the_call_ends_the_run_lost(
     assert not Hit.objects.filter(task_name="starting").exists()  # the call never started
 
 
+def test_a_stop_signal_as_the_worker_takes_the_run_ends_it_lost(
+    world, stopping_worker, lost_runs, monkeypatch
+):
+    # db_worker's second SIGTERM landing in the statements that take the run `running`
+    # (its handler runs as the driver returns, after the run's own update committed) left
+    # the run running on a worker that was gone until its heartbeat went stale (CI, MariaDB).
+    from django_posixcron.handoff import worker
+
+    queued = queue_a_run(world, "taking", "raise_value_error")
+    monkeypatch.setattr(worker, "_date_last_run", stop_signal_now)
+    with pytest.raises(SystemExit):
+        deliver(queued)
+
+    run = only_run("taking")
+    assert run.status == RunStatus.LOST
+    assert run.error.startswith(f"Lost: worker {worker.worker_label()} was stopped while this")
+    assert "run was starting (SystemExit: 1); it did not run." in run.error
+    assert lost_runs == [run.pk]
+    assert Task.objects.get(name="taking").retry_at is not None
+    assert not Hit.objects.filter(task_name="taking").exists()  # the call never started
+
+
+def test_a_stop_signal_as_another_worker_took_the_run_leaves_it_to_that_worker(
+    world, stopping_worker, lost_runs, monkeypatch
+):
+    # The flip found the run taken by another worker (a duplicate delivery) and the stop
+    # landed in the read that says so: this worker records nothing on another's run.
+    from django_posixcron.handoff import worker
+
+    queued = queue_a_run(world, "taken", "raise_value_error")
+    Run.objects.filter(pk=queued.pk).update(status=RunStatus.RUNNING, worker="elsewhere:1")
+    monkeypatch.setattr(worker.logger, "warning", stop_signal_now)
+    with pytest.raises(SystemExit):
+        deliver(queued)
+
+    run = only_run("taken")
+    assert (run.status, run.worker, run.error) == (RunStatus.RUNNING, "elsewhere:1", "")
+    assert lost_runs == []
+
+
 @pytest.mark.parametrize("callable_name", ["raise_system_exit", "raise_keyboard_interrupt"])
 def test_a_task_that_exits_by_itself_fails_and_the_worker_goes_on(
     world, stopping_worker, lost_runs, callable_name
