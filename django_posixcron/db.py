@@ -524,6 +524,17 @@ def _nothing() -> None:
     pass
 
 
+def drop_connection(using: str) -> None:
+    """Close this thread's connection to `using`, whatever state it was left in (a
+    statement cut off by a signal, a broken session); the next query opens a new one. Not
+    one inside a transaction of the caller's (a backend's, a test case's)."""
+    connection = connections[using]
+    if connection.in_atomic_block:
+        return
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
 def close_outside_transactions() -> None:
     """Close this thread's connections, except those inside a transaction of the caller's.
 

@@ -33,6 +33,7 @@ from django_posixcron.db import (
     app_alias,
     away,
     database_now,
+    drop_connection,
     has_clock,
     one_line,
     own_connection,
@@ -178,7 +179,7 @@ def _stopped_while_starting(
     """
     if not _stops_the_worker(exc, handlers):
         return
-    _drop_connection(using)  # the signal may have cut a statement off mid-way
+    drop_connection(using)  # the signal may have cut a statement off mid-way
     label = worker_label()
     started = (
         Run.objects.using(using)
@@ -269,7 +270,7 @@ def _execute(run: Run, declaration: TaskDeclaration, using: str) -> None:
         # A stop signal's exception (or the task's own) can land in the middle of a query
         # on this thread's connection: MySQL then answers the outcome's write with "commands
         # out of sync", and the run stayed `running` on a worker gone. Written on a new one.
-        _drop_connection(using)
+        drop_connection(using)
     finally:
         beat.stop()
     if beat.timed_out:
@@ -333,16 +334,6 @@ def _stops_the_worker(
             return True
         tb = tb.tb_next
     return False
-
-
-def _drop_connection(using: str) -> None:
-    """Close this thread's connection to `using`, whatever state the task left it in; the
-    next query opens a new one. Not inside a transaction the backend holds open."""
-    connection = connections[using]
-    if connection.in_atomic_block:
-        return
-    with contextlib.suppress(Exception):
-        connection.close()
 
 
 def _finish(run: Run, started_monotonic: float) -> dt.datetime:

@@ -37,6 +37,7 @@ from django_posixcron.db import (
     conflict,
     database_now,
     database_read_only,
+    drop_connection,
     fast_timestamps,
     has_clock,
     lock_not_granted,
@@ -901,10 +902,7 @@ class Scheduler:
                 one_line(exc),
                 extra={"action": "db_error"},
             )
-            connection = connections[self.using]
-            if not connection.in_atomic_block:  # not a caller's transaction
-                with contextlib.suppress(Exception):
-                    connection.close()
+            drop_connection(self.using)
             return []
 
     @contextlib.contextmanager
